@@ -1,0 +1,1 @@
+"""Latency, throughput and accuracy benchmarks with committed results."""

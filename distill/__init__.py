@@ -1,0 +1,1 @@
+"""Teacher labeling and student distillation."""

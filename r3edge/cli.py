@@ -1,0 +1,61 @@
+"""The ``r3edge`` command: one subcommand per stage.
+
+Each subcommand lives in ``r3edge/commands/<name>.py`` with ``configure(parser)`` (cheap, no heavy
+imports, so ``--help`` is instant) and ``run(args) -> int`` (imports what the stage needs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from r3edge import __version__
+from r3edge.errors import R3EdgeError
+
+COMMANDS = {
+    "pairs": "write the embedded demo pairs (UGC-style queries, noisy posts, graded 0/1/2)",
+    "label": "label pairs with a teacher judge (R³A two-round by default) into Parquet shards",
+    "train": "distil teacher labels into a student that scores with the label-token logits only",
+    "eval": "score labelled pairs with a student, an artifact or a server and report accuracy",
+    "export": "export a student to an ONNX scoring graph with a parity check against PyTorch",
+    "serve": "serve an artifact over gRPC (Rerank top-k, ScorePairs, ModelInfo, health, reflection)",
+    "rerank": "send one rerank request to a running server and print the top-k",
+    "bench": "benchmark latency, throughput and accuracy over gRPC; write a report and a plot",
+    "demo": "run the whole chain on the embedded demo data and write runs/demo/report.md",
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="r3edge",
+        description="Turn a slow reasoning LLM relevance judge into a fast reranker: "
+        "pairs -> label -> train -> export -> serve -> bench.",
+    )
+    parser.add_argument("--version", action="version", version=f"r3edge {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="<stage>", required=True)
+    for name, help_text in COMMANDS.items():
+        module = importlib.import_module(f"r3edge.commands.{name}")
+        p = sub.add_parser(name, help=help_text, description=(module.__doc__ or help_text).strip(),
+                           formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+        module.configure(p)
+        p.set_defaults(_module=module)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args._module.run(args) or 0)
+    except R3EdgeError as exc:
+        print(f"r3edge {args.command}: error: {exc.what}", file=sys.stderr)
+        if exc.fix:
+            print(f"  fix: {exc.fix}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"r3edge {args.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

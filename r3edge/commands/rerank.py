@@ -1,0 +1,9 @@
+"""TODO: rerank (placeholder until its stage lands)."""
+
+
+def configure(parser):
+    pass
+
+
+def run(args):
+    raise NotImplementedError("rerank")

@@ -1,0 +1,9 @@
+"""TODO: serve (placeholder until its stage lands)."""
+
+
+def configure(parser):
+    pass
+
+
+def run(args):
+    raise NotImplementedError("serve")

@@ -1,0 +1,9 @@
+"""TODO: train (placeholder until its stage lands)."""
+
+
+def configure(parser):
+    pass
+
+
+def run(args):
+    raise NotImplementedError("train")

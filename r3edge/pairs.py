@@ -1,0 +1,173 @@
+"""Pair files: the input contract of the pipeline (torch-free).
+
+Two JSONL forms are accepted (see DESIGN.md, contract 1):
+
+* candidate-list form, one query per line:
+  ``{"qid", "query", "candidates": [{"docid", "text", "label"?, "rank"?}], "aux"?: [text, ...]}``
+* flat form, one pair per line: ``{"qid", "query", "docid", "text", "label"?, "aux"?}``
+
+Both are read into :class:`QueryCandidates`; flat lines of the same ``qid`` are grouped in file order.
+Errors name the file, the line number and the field.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator
+
+from r3edge.errors import R3EdgeError
+
+
+@dataclass
+class Candidate:
+    docid: str
+    text: str
+    label: int | None = None
+    rank: int | None = None
+
+
+@dataclass
+class QueryCandidates:
+    qid: str
+    query: str
+    candidates: list[Candidate]
+    aux: list[str] | None = None
+
+    def auxiliary_docs(self, k: int) -> list[str]:
+        """R³A's auxiliary documents: the given ``aux``, else the top-ranked candidates."""
+        if self.aux:
+            return self.aux[:k]
+        ranked = sorted(self.candidates, key=lambda c: (c.rank is None, c.rank or 0))
+        return [c.text for c in ranked[:k]]
+
+    def to_json(self) -> dict:
+        d = {
+            "qid": self.qid,
+            "query": self.query,
+            "candidates": [
+                {k: v for k, v in c.__dict__.items() if v is not None} for c in self.candidates
+            ],
+        }
+        if self.aux is not None:
+            d["aux"] = self.aux
+        return d
+
+
+@dataclass(frozen=True)
+class Pair:
+    """One query–document pair with its context, as the teacher and the trainer see it."""
+
+    qid: str
+    query: str
+    docid: str
+    text: str
+    label: int | None = None
+    aux: tuple[str, ...] = field(default=())
+
+
+def _need(obj: dict, key: str, typ, where: str):
+    if key not in obj:
+        raise R3EdgeError(f"{where}: missing field '{key}'", f"add '{key}' ({typ.__name__}) to the record")
+    val = obj[key]
+    if typ is str and isinstance(val, (int, float)) and not isinstance(val, bool):
+        val = str(val)
+    if not isinstance(val, typ):
+        raise R3EdgeError(
+            f"{where}: field '{key}' is {type(val).__name__}, expected {typ.__name__}",
+            f"write '{key}' as a JSON {'string' if typ is str else typ.__name__}",
+        )
+    return val
+
+
+def _label(obj: dict, where: str) -> int | None:
+    lab = obj.get("label")
+    if lab is None:
+        return None
+    if isinstance(lab, bool) or not isinstance(lab, (int, float)) or int(lab) != lab:
+        raise R3EdgeError(f"{where}: field 'label' is {lab!r}", "use an integer graded label such as 0, 1 or 2")
+    return int(lab)
+
+
+def _aux(obj: dict, where: str) -> list[str] | None:
+    aux = obj.get("aux")
+    if aux is None:
+        return None
+    if not isinstance(aux, list) or not all(isinstance(a, str) for a in aux):
+        raise R3EdgeError(f"{where}: field 'aux' must be a list of strings", "write aux as [\"text\", ...]")
+    return aux
+
+
+def read_queries(path: str | Path) -> list[QueryCandidates]:
+    """Read a pairs file in either form; every error names the line."""
+    path = Path(path)
+    if not path.is_file():
+        raise R3EdgeError(f"pairs file {path} does not exist", "pass a JSONL file (`r3edge pairs --help` makes one)")
+    groups: dict[str, QueryCandidates] = {}
+    with path.open(encoding="utf-8") as fh:
+        for lineno, line in enumerate(fh, start=1):
+            if not line.strip():
+                continue
+            where = f"{path}:{lineno}"
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise R3EdgeError(f"{where}: not valid JSON ({exc.msg} at column {exc.colno})", "fix or remove that line") from exc
+            if not isinstance(obj, dict):
+                raise R3EdgeError(f"{where}: expected a JSON object", "write one object per line")
+            qid = _need(obj, "qid", str, where)
+            query = _need(obj, "query", str, where)
+            if "candidates" in obj:
+                cands_raw = _need(obj, "candidates", list, where)
+                cands = []
+                for j, c in enumerate(cands_raw):
+                    cw = f"{where} candidates[{j}]"
+                    if not isinstance(c, dict):
+                        raise R3EdgeError(f"{cw}: expected an object", "write {\"docid\":..., \"text\":...}")
+                    rank = c.get("rank")
+                    cands.append(
+                        Candidate(_need(c, "docid", str, cw), _need(c, "text", str, cw), _label(c, cw),
+                                  int(rank) if rank is not None else None)
+                    )
+                if qid in groups:
+                    raise R3EdgeError(f"{where}: qid {qid!r} appears twice", "merge its candidates into one line")
+                groups[qid] = QueryCandidates(qid, query, cands, _aux(obj, where))
+            else:
+                cand = Candidate(_need(obj, "docid", str, where), _need(obj, "text", str, where), _label(obj, where))
+                g = groups.get(qid)
+                if g is None:
+                    groups[qid] = QueryCandidates(qid, query, [cand], _aux(obj, where))
+                else:
+                    if g.query != query:
+                        raise R3EdgeError(f"{where}: qid {qid!r} has a different query text than before",
+                                          "use one query text per qid")
+                    cand.rank = None
+                    g.candidates.append(cand)
+    if not groups:
+        raise R3EdgeError(f"pairs file {path} holds no records", "write at least one JSON line")
+    for g in groups.values():
+        seen = set()
+        for c in g.candidates:
+            if c.docid in seen:
+                raise R3EdgeError(f"{path}: qid {g.qid!r} lists docid {c.docid!r} twice", "keep one copy of each candidate")
+            seen.add(c.docid)
+    return list(groups.values())
+
+
+def iter_pairs(queries: list[QueryCandidates], n_aux: int = 3) -> Iterator[Pair]:
+    for q in queries:
+        aux = tuple(q.auxiliary_docs(n_aux))
+        for c in q.candidates:
+            yield Pair(q.qid, q.query, c.docid, c.text, c.label, aux)
+
+
+def write_queries(path: str | Path, queries: list[QueryCandidates]) -> None:
+    """Write candidate-list JSONL atomically (a killed run never leaves a half file)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    with tmp.open("w", encoding="utf-8") as fh:
+        for q in queries:
+            fh.write(json.dumps(q.to_json(), ensure_ascii=False) + "\n")
+    tmp.replace(path)

@@ -1,0 +1,351 @@
+"""The scoring contract: the one definition of the student's input and output.
+
+Training, export calibration, the server and the benchmarks all build student inputs through
+:class:`Scorer` and nothing else, so train/serve skew cannot creep in through a second formatter.
+The module depends on ``tokenizers`` and ``numpy`` only (the server must not need torch).
+
+A student input is ``head + query + mid + document + tail`` where the tail ends exactly where the
+score token would be generated. Each piece is tokenised on its own and the ids are concatenated,
+so the document can be cut on a token boundary while the query and the tail stay whole. A query
+longer than its budget is an error, never silently cut: a reranker that drops part of the query
+answers a different question.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from r3edge.errors import R3EdgeError
+
+SCORER_FILE = "scorer.json"
+TOKENIZER_FILE = "tokenizer.json"
+SPEC_VERSION = 1
+
+
+@dataclass(frozen=True)
+class PromptTemplate:
+    """Fixed text around the query and the document.
+
+    ``tail`` must end where the label token is generated; its last token's hidden state is the
+    one the scoring graph reads.
+    """
+
+    head: str
+    mid: str
+    tail: str
+
+    @staticmethod
+    def chatml(instruction: str) -> "PromptTemplate":
+        """The ChatML framing shared by Qwen2.5 and SmolLM2 instruct models."""
+        return PromptTemplate(
+            head=f"<|im_start|>system\n{instruction}<|im_end|>\n<|im_start|>user\nQuery: ",
+            mid="\nDocument: ",
+            tail="<|im_end|>\n<|im_start|>assistant\n<score>",
+        )
+
+
+DEFAULT_INSTRUCTION = (
+    "Judge how relevant the document is to the query. "
+    "Answer with one digit: 0 = unrelated, 1 = relevant but only partly answers, "
+    "2 = dedicated to the query and contains the exact answer."
+)
+
+
+@dataclass(frozen=True)
+class ScorerSpec:
+    """Everything needed to turn a (query, document) pair into token ids and back into a score.
+
+    Serialised as ``scorer.json`` next to every student checkpoint and in every export artifact.
+    """
+
+    template: PromptTemplate
+    label_tokens: tuple[str, ...] = ("0", "1", "2")
+    label_token_ids: tuple[int, ...] = ()
+    label_values: tuple[float, ...] = (0.0, 1.0, 2.0)
+    max_query_tokens: int = 64
+    max_doc_tokens: int = 192
+    max_total_tokens: int = 320
+    padding_side: str = "left"
+    pad_token_id: int = 0
+    version: int = SPEC_VERSION
+    extra: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        if len(self.label_tokens) != len(self.label_values):
+            raise R3EdgeError(
+                f"scorer spec: label_tokens has {len(self.label_tokens)} entries but label_values has "
+                f"{len(self.label_values)}",
+                "give one value per label token",
+            )
+        if self.padding_side not in ("left", "right"):
+            raise R3EdgeError(
+                f"scorer spec: padding_side={self.padding_side!r}", "use 'left' or 'right'"
+            )
+        for name in ("max_query_tokens", "max_doc_tokens", "max_total_tokens"):
+            if getattr(self, name) <= 0:
+                raise R3EdgeError(f"scorer spec: {name} must be positive", f"set {name} > 0")
+
+    @property
+    def n_labels(self) -> int:
+        return len(self.label_tokens)
+
+    def to_json(self) -> dict:
+        d = asdict(self)
+        d["label_tokens"] = list(self.label_tokens)
+        d["label_token_ids"] = list(self.label_token_ids)
+        d["label_values"] = list(self.label_values)
+        return d
+
+    @staticmethod
+    def from_json(d: dict) -> "ScorerSpec":
+        d = dict(d)
+        if d.get("version") != SPEC_VERSION:
+            raise R3EdgeError(
+                f"scorer.json has version {d.get('version')!r}; this r3edge reads version {SPEC_VERSION}",
+                "re-export the student with this r3edge version",
+            )
+        d["template"] = PromptTemplate(**d["template"])
+        for key in ("label_tokens", "label_token_ids", "label_values"):
+            d[key] = tuple(d[key])
+        return ScorerSpec(**d)
+
+    def fingerprint(self) -> str:
+        """A short hash that changes whenever any input-affecting field changes."""
+        blob = json.dumps(self.to_json(), sort_keys=True).encode()
+        return hashlib.sha256(blob).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class Encoded:
+    """One pair's token ids and what truncation did to it."""
+
+    input_ids: list[int]
+    doc_tokens: int
+    doc_tokens_dropped: int
+
+
+def _load_tokenizer(path: Path):
+    from tokenizers import Tokenizer
+
+    if not path.is_file():
+        raise R3EdgeError(
+            f"no {TOKENIZER_FILE} at {path}",
+            "every student directory and artifact holds tokenizer.json; re-run `r3edge train` or `r3edge export`",
+        )
+    return Tokenizer.from_file(str(path))
+
+
+class Scorer:
+    """A :class:`ScorerSpec` bound to its tokenizer: the only student-input formatter."""
+
+    def __init__(self, spec: ScorerSpec, tokenizer):
+        self.spec = spec
+        self.tokenizer = tokenizer
+        self._head = self._ids(spec.template.head)
+        self._mid = self._ids(spec.template.mid)
+        self._tail = self._ids(spec.template.tail)
+        self.fixed_tokens = len(self._head) + len(self._mid) + len(self._tail)
+        if self.fixed_tokens + spec.max_query_tokens + 1 > spec.max_total_tokens:
+            raise R3EdgeError(
+                f"scorer spec: max_total_tokens={spec.max_total_tokens} leaves no room for a document "
+                f"(template {self.fixed_tokens} + query {spec.max_query_tokens} tokens)",
+                "raise max_total_tokens or lower max_query_tokens",
+            )
+        self.verify_label_tokens()
+
+    # -- construction -------------------------------------------------------------------------
+    @staticmethod
+    def create(
+        tokenizer,
+        template: PromptTemplate,
+        *,
+        label_tokens: Sequence[str] = ("0", "1", "2"),
+        label_values: Sequence[float] = (0.0, 1.0, 2.0),
+        max_query_tokens: int = 64,
+        max_doc_tokens: int = 192,
+        max_total_tokens: int = 320,
+        padding_side: str = "left",
+        pad_token_id: int | None = None,
+    ) -> "Scorer":
+        """Resolve label token ids from the tokenizer and build a spec (used when training starts)."""
+        ids = []
+        for tok in label_tokens:
+            enc = tokenizer.encode(tok, add_special_tokens=False).ids
+            if len(enc) != 1:
+                raise R3EdgeError(
+                    f"label token {tok!r} is {len(enc)} tokens in this tokenizer, not one",
+                    "choose label_tokens that are single tokens (digits are in Qwen and SmolLM2)",
+                )
+            ids.append(enc[0])
+        if pad_token_id is None:
+            pad_token_id = _guess_pad_id(tokenizer)
+        spec = ScorerSpec(
+            template=template,
+            label_tokens=tuple(label_tokens),
+            label_token_ids=tuple(ids),
+            label_values=tuple(float(v) for v in label_values),
+            max_query_tokens=max_query_tokens,
+            max_doc_tokens=max_doc_tokens,
+            max_total_tokens=max_total_tokens,
+            padding_side=padding_side,
+            pad_token_id=pad_token_id,
+        )
+        return Scorer(spec, tokenizer)
+
+    @staticmethod
+    def load(directory: str | Path) -> "Scorer":
+        """Read ``scorer.json`` and ``tokenizer.json`` from a student checkpoint or an artifact."""
+        directory = Path(directory)
+        spec_path = directory / SCORER_FILE
+        if not spec_path.is_file():
+            raise R3EdgeError(
+                f"{directory} has no {SCORER_FILE}, so r3edge cannot know how to format inputs for it",
+                "point at a directory written by `r3edge train` or `r3edge export`",
+            )
+        try:
+            spec = ScorerSpec.from_json(json.loads(spec_path.read_text()))
+        except (json.JSONDecodeError, TypeError, KeyError) as exc:
+            raise R3EdgeError(f"{spec_path} is not a valid scorer spec ({exc})", "re-run `r3edge train`") from exc
+        return Scorer(spec, _load_tokenizer(directory / TOKENIZER_FILE))
+
+    def save(self, directory: str | Path) -> None:
+        """Write ``scorer.json`` and ``tokenizer.json`` (the pair that defines the input)."""
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        self.tokenizer.save(str(directory / TOKENIZER_FILE))
+        (directory / SCORER_FILE).write_text(json.dumps(self.spec.to_json(), indent=2) + "\n")
+
+    def verify_label_tokens(self) -> None:
+        """Fail loudly when the spec's label ids do not belong to this tokenizer."""
+        for tok, tid in zip(self.spec.label_tokens, self.spec.label_token_ids, strict=True):
+            got = self.tokenizer.encode(tok, add_special_tokens=False).ids
+            if got != [tid]:
+                raise R3EdgeError(
+                    f"label token {tok!r} has id {tid} in scorer.json but encodes to {got} with this tokenizer",
+                    "the artifact mixes files from different models; re-export it from one student directory",
+                )
+
+    # -- encoding -----------------------------------------------------------------------------
+    def _ids(self, text: str) -> list[int]:
+        return self.tokenizer.encode(text, add_special_tokens=False).ids
+
+    def encode(self, query: str, document: str) -> Encoded:
+        return self.encode_batch([query], [document])[0]
+
+    def encode_batch(self, queries: Sequence[str], documents: Sequence[str]) -> list[Encoded]:
+        """Token ids for each pair; the document is cut to fit, the query and tail never are."""
+        if len(queries) != len(documents):
+            raise ValueError("queries and documents differ in length")
+        spec = self.spec
+        uniq = list(dict.fromkeys(queries))
+        q_ids = dict(zip(uniq, (e.ids for e in self.tokenizer.encode_batch(uniq, add_special_tokens=False))))
+        d_encs = self.tokenizer.encode_batch(list(documents), add_special_tokens=False)
+        out = []
+        for q, d in zip(queries, d_encs):
+            qi = q_ids[q]
+            if len(qi) > spec.max_query_tokens:
+                raise R3EdgeError(
+                    f"query is {len(qi)} tokens, over max_query_tokens={spec.max_query_tokens} "
+                    f"(query starts {q[:60]!r})",
+                    "shorten the query, or raise max_query_tokens in the student config and retrain",
+                )
+            budget = min(spec.max_doc_tokens, spec.max_total_tokens - self.fixed_tokens - len(qi))
+            di = d.ids[:budget]
+            out.append(
+                Encoded(
+                    input_ids=self._head + qi + self._mid + di + self._tail,
+                    doc_tokens=len(di),
+                    doc_tokens_dropped=len(d.ids) - len(di),
+                )
+            )
+        return out
+
+    def collate(self, encoded: Sequence[Encoded]) -> tuple[np.ndarray, np.ndarray]:
+        """Pad to the longest sequence on the spec's side: int64 ``input_ids`` and ``attention_mask``."""
+        width = max(len(e.input_ids) for e in encoded)
+        ids = np.full((len(encoded), width), self.spec.pad_token_id, dtype=np.int64)
+        mask = np.zeros((len(encoded), width), dtype=np.int64)
+        for i, e in enumerate(encoded):
+            n = len(e.input_ids)
+            sl = slice(width - n, width) if self.spec.padding_side == "left" else slice(0, n)
+            ids[i, sl] = e.input_ids
+            mask[i, sl] = 1
+        return ids, mask
+
+    # -- output -------------------------------------------------------------------------------
+    def probabilities(self, label_logits: np.ndarray) -> np.ndarray:
+        return softmax(np.asarray(label_logits, dtype=np.float64))
+
+    def relevance(self, label_logits: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(probs [n, n_labels], score [n])`` with score = Σ p·label_value (monotone, 0..2)."""
+        probs = self.probabilities(label_logits)
+        return probs, probs @ np.asarray(self.spec.label_values, dtype=np.float64)
+
+
+def softmax(x: np.ndarray) -> np.ndarray:
+    z = x - x.max(axis=-1, keepdims=True)
+    e = np.exp(z)
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def plan_batches(
+    lengths: Sequence[int], max_batch_tokens: int, max_batch_size: int
+) -> list[list[int]]:
+    """Group indices into length-sorted micro-batches under a padded-token budget.
+
+    Sorting by length removes most padding (measured 2.4x on a top-100 here); the budget counts
+    padded tokens (batch size x longest member), which is what the kernels pay for. A single pair
+    longer than the budget still gets a batch of its own.
+    """
+    if max_batch_tokens <= 0 or max_batch_size <= 0:
+        raise R3EdgeError("max_batch_tokens and max_batch_size must be positive", "set both > 0")
+    order = sorted(range(len(lengths)), key=lambda i: lengths[i])
+    batches: list[list[int]] = []
+    cur: list[int] = []
+    for i in order:
+        # sorted ascending, so the newcomer is the longest member
+        if cur and ((len(cur) + 1) * lengths[i] > max_batch_tokens or len(cur) >= max_batch_size):
+            batches.append(cur)
+            cur = []
+        cur.append(i)
+    if cur:
+        batches.append(cur)
+    return batches
+
+
+def _guess_pad_id(tokenizer) -> int:
+    for tok in ("<|endoftext|>", "<|pad|>", "<pad>", "[PAD]", "</s>"):
+        tid = tokenizer.token_to_id(tok)
+        if tid is not None:
+            return tid
+    return 0
+
+
+
+def score_pairs(
+    scorer: Scorer,
+    run_batch,
+    queries: Sequence[str],
+    documents: Sequence[str],
+    *,
+    max_batch_tokens: int = 8192,
+    max_batch_size: int = 64,
+) -> np.ndarray:
+    """Label logits ``[n, n_labels]`` for pairs, in input order, via length-sorted micro-batches.
+
+    ``run_batch(input_ids, attention_mask) -> label_logits`` is any runtime (torch, onnxruntime,
+    ...). Every caller that scores pairs goes through here, so formatting, truncation, batching
+    and reordering are the same in training-time evaluation, export parity, serving and benchmarks.
+    """
+    encoded = scorer.encode_batch(queries, documents)
+    out = np.empty((len(encoded), scorer.spec.n_labels), dtype=np.float32)
+    for idx in plan_batches([len(e.input_ids) for e in encoded], max_batch_tokens, max_batch_size):
+        ids, mask = scorer.collate([encoded[i] for i in idx])
+        out[idx] = np.asarray(run_batch(ids, mask), dtype=np.float32)
+    return out

@@ -1,0 +1,1 @@
+"""The gRPC reranking server (torch-free: onnxruntime, tokenizers, numpy, grpcio)."""

@@ -1,0 +1,62 @@
+"""Shared fixtures: tiny real models built from configs, the real Qwen2.5 tokenizer, real files."""
+
+from __future__ import annotations
+
+import json
+import socket
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIGS = ROOT / "configs"
+SHARED_DATA = ROOT.parent / "shared" / "data"
+TINY_STUDENT = CONFIGS / "student" / "qwen2-tiny.yaml"
+TINY_TEACHER = CONFIGS / "teacher" / "r3a-tiny.yaml"
+
+SAMPLE_QUERIES = [
+    {
+        "qid": "q1",
+        "query": "best bank in doha for expats?",
+        "aux": ["Looking for a bank 🏦 #doha #expatlife", "QNB vs CBQ, which one?"],
+        "candidates": [
+            {"docid": "d1", "text": "Commercial Bank is great for expats, no minimum balance 👍 #banking", "label": 2, "rank": 1},
+            {"docid": "d2", "text": "I opened an account at QNB last year, the app is ok but fees are high.", "label": 1, "rank": 2},
+            {"docid": "d3", "text": "lol my cat just knocked over my coffee ☕😹 #mondays", "label": 0, "rank": 3},
+            {"docid": "d4", "text": "Anyone know a good vet in Al Wakra?? my dog is sick 🐶", "label": 0, "rank": 4},
+        ],
+    },
+    {
+        "qid": "q2",
+        "query": "how to renew residence permit qatar",
+        "candidates": [
+            {"docid": "e1", "text": "Renew your RP online via Metrash2: upload passport, pay 500 QR, done in 2 days ✅", "label": 2, "rank": 1},
+            {"docid": "e2", "text": "My company PRO handled my RP, no idea how it works tbh", "label": 1, "rank": 2},
+            {"docid": "e3", "text": "Beach day at Sealine 🌊☀️ #weekend #qatar " * 5, "label": 0, "rank": 3},
+        ],
+    },
+]
+
+
+@pytest.fixture(scope="session")
+def sample_pairs_file(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("pairs") / "pairs.jsonl"
+    path.write_text("".join(json.dumps(q, ensure_ascii=False) + "\n" for q in SAMPLE_QUERIES))
+    return path
+
+
+@pytest.fixture(scope="session")
+def tiny_student(tmp_path_factory):
+    """An untrained tiny Qwen2 student saved as a real student directory (weights + scorer.json)."""
+    from distill.student import create_student, save_student
+    from r3edge.config import StudentConfig, load_yaml
+
+    lm, scorer = create_student(load_yaml(TINY_STUDENT, StudentConfig))
+    out = save_student(lm, scorer, tmp_path_factory.mktemp("student") / "student")
+    return out
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
