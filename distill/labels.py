@@ -1,0 +1,102 @@
+"""Teacher label files (contract 2): a directory of Parquet shards plus a manifest.
+
+Layout::
+
+    labels/
+      manifest.json        # run identity (judge, teacher, prompt hash, pairs sha256, n_pairs, n_labels)
+                           # and "complete": true once every pair is labelled
+      part-00000.parquet   # each shard written to a temp name and renamed: never half a shard
+      part-00001.parquet
+
+Readers refuse an incomplete directory unless they ask for a partial view, so a killed labelling
+run is never mistaken for a finished one. Unparsable teacher outputs are kept (``format_ok`` false),
+never dropped or defaulted.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from r3edge.errors import R3EdgeError
+
+MANIFEST = "manifest.json"
+
+SCHEMA = pa.schema(
+    [
+        ("qid", pa.string()),
+        ("docid", pa.string()),
+        ("query", pa.string()),
+        ("text", pa.string()),
+        ("gold", pa.int64()),              # the pair's graded label if the pairs file had one
+        ("judge", pa.string()),
+        ("teacher_model", pa.string()),
+        ("prompt_hash", pa.string()),
+        ("probs", pa.list_(pa.float64())),  # over the student's label space, sums to 1
+        ("score", pa.int64()),              # parsed / read-out score in the student's label space
+        ("native_score", pa.float64()),     # the judge's own scale (e.g. 0..100 for Retro*)
+        ("native_scale", pa.string()),
+        ("format_ok", pa.bool_()),          # R³A's I_format
+        ("intent", pa.string()),
+        ("extract", pa.string()),
+        ("extract_is_verbatim", pa.bool_()),
+        ("raw_intent", pa.string()),
+        ("raw_assessment", pa.string()),
+        ("prompt_tokens", pa.int64()),
+        ("completion_tokens", pa.int64()),
+        ("latency_s", pa.float64()),
+    ]
+)
+
+
+def read_manifest(directory: str | Path) -> dict:
+    path = Path(directory) / MANIFEST
+    if not path.is_file():
+        raise R3EdgeError(f"{directory} has no {MANIFEST}: not a labels directory", "run `r3edge label` to create it")
+    return json.loads(path.read_text())
+
+
+def write_manifest(directory: str | Path, manifest: dict) -> None:
+    directory = Path(directory)
+    tmp = directory / (MANIFEST + ".tmp")
+    tmp.write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n")
+    os.replace(tmp, directory / MANIFEST)
+
+
+def shard_paths(directory: str | Path) -> list[Path]:
+    return sorted(Path(directory).glob("part-*.parquet"))
+
+
+def write_shard(directory: str | Path, records: list[dict]) -> Path:
+    """Append one shard atomically (temp file + rename)."""
+    directory = Path(directory)
+    index = len(shard_paths(directory))
+    final = directory / f"part-{index:05d}.parquet"
+    tmp = directory / f".part-{index:05d}.parquet.tmp"
+    table = pa.Table.from_pylist(records, schema=SCHEMA)
+    pq.write_table(table, tmp)
+    with open(tmp, "rb") as fh:
+        os.fsync(fh.fileno())
+    os.replace(tmp, final)
+    return final
+
+
+def read_labels(directory: str | Path, allow_partial: bool = False) -> pa.Table:
+    """All records of a labels directory; refuses an unfinished run unless ``allow_partial``."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        raise R3EdgeError(f"labels directory {directory} does not exist", "run `r3edge label` first")
+    manifest = read_manifest(directory)
+    if not manifest.get("complete") and not allow_partial:
+        raise R3EdgeError(
+            f"labels in {directory} are incomplete ({manifest.get('n_done', '?')}/{manifest.get('n_pairs', '?')} pairs)",
+            "re-run the same `r3edge label` command: it resumes where it stopped",
+        )
+    shards = shard_paths(directory)
+    if not shards:
+        return SCHEMA.empty_table()
+    return pa.concat_tables([pq.read_table(p, schema=SCHEMA) for p in shards])
