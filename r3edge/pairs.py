@@ -109,7 +109,7 @@ def read_queries(path: str | Path) -> list[QueryCandidates]:
         for lineno, line in enumerate(fh, start=1):
             if not line.strip():
                 continue
-            where = f"{path}:{lineno}"
+            where = f"{path} line {lineno}"
             try:
                 obj = json.loads(line)
             except json.JSONDecodeError as exc:

@@ -1,0 +1,132 @@
+"""The scoring contract: formatting, truncation, padding, label tokens, batching."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from tokenizers import Tokenizer
+
+from r3edge.errors import R3EdgeError
+from r3edge.scoring import PromptTemplate, Scorer, ScorerSpec, plan_batches, score_pairs
+
+
+@pytest.fixture(scope="module")
+def scorer(tiny_student) -> Scorer:
+    return Scorer.load(tiny_student)
+
+
+def test_real_qwen_tokenizer_ids(scorer):
+    tok = scorer.tokenizer
+    assert tok.encode("Hello world", add_special_tokens=False).ids == [9707, 1879]
+    assert scorer.spec.label_token_ids == (15, 16, 17)
+    assert tok.token_to_id("<|im_end|>") == 151645
+    assert scorer.spec.pad_token_id == 151643
+
+
+def test_layout_is_head_query_mid_doc_tail(scorer):
+    enc = scorer.encode("best bank in doha", "Commercial Bank 🏦 #doha")
+    text = scorer.tokenizer.decode(enc.input_ids, skip_special_tokens=False)
+    t = scorer.spec.template
+    assert text == t.head + "best bank in doha" + t.mid + "Commercial Bank 🏦 #doha" + t.tail
+    assert enc.doc_tokens_dropped == 0
+
+
+def test_document_is_cut_query_and_tail_never(scorer):
+    spec = scorer.spec
+    long_doc = "pizza " * 1000
+    enc = scorer.encode("a short query", long_doc)
+    assert len(enc.input_ids) <= spec.max_total_tokens
+    assert enc.doc_tokens == min(spec.max_doc_tokens, spec.max_total_tokens - scorer.fixed_tokens - 3)
+    assert enc.doc_tokens_dropped > 0
+    tail = scorer.tokenizer.encode(spec.template.tail, add_special_tokens=False).ids
+    assert enc.input_ids[-len(tail):] == tail
+    assert scorer.tokenizer.decode(enc.input_ids).count("a short query") == 1
+
+
+def test_query_over_budget_is_an_error_not_a_cut(scorer):
+    with pytest.raises(R3EdgeError, match="max_query_tokens"):
+        scorer.encode("why " * 500, "doc")
+
+
+@pytest.mark.parametrize("side", ["left", "right"])
+def test_collate_pads_on_the_spec_side(tiny_student, side):
+    base = Scorer.load(tiny_student)
+    spec = ScorerSpec(**{**base.spec.__dict__, "padding_side": side})
+    sc = Scorer(spec, base.tokenizer)
+    encs = sc.encode_batch(["q", "q"], ["short", "a much longer document with many more tokens in it"])
+    ids, mask = sc.collate(encs)
+    assert ids.dtype == np.int64 and mask.dtype == np.int64
+    n0 = len(encs[0].input_ids)
+    row = ids[0][mask[0] == 1].tolist()
+    assert row == encs[0].input_ids
+    pad_cols = slice(0, ids.shape[1] - n0) if side == "left" else slice(n0, None)
+    assert (mask[0, pad_cols] == 0).all() and (ids[0, pad_cols] == spec.pad_token_id).all()
+
+
+def test_spec_round_trips_and_fingerprint_tracks_changes(scorer, tmp_path):
+    scorer.save(tmp_path)
+    again = Scorer.load(tmp_path)
+    assert again.spec == scorer.spec
+    assert again.spec.fingerprint() == scorer.spec.fingerprint()
+    other = ScorerSpec(**{**scorer.spec.__dict__, "max_doc_tokens": scorer.spec.max_doc_tokens - 1})
+    assert other.fingerprint() != scorer.spec.fingerprint()
+
+
+def test_label_tokens_that_do_not_match_the_tokenizer_are_refused(scorer, tmp_path):
+    scorer.save(tmp_path)
+    spec = json.loads((tmp_path / "scorer.json").read_text())
+    spec["label_token_ids"] = [16, 17, 18]
+    (tmp_path / "scorer.json").write_text(json.dumps(spec))
+    with pytest.raises(R3EdgeError, match="different models"):
+        Scorer.load(tmp_path)
+
+
+def test_missing_scorer_json_names_the_fix(tmp_path):
+    with pytest.raises(R3EdgeError, match="no scorer.json") as err:
+        Scorer.load(tmp_path)
+    assert "r3edge train" in err.value.fix
+
+
+def test_multi_token_label_is_refused(scorer):
+    with pytest.raises(R3EdgeError, match="single tokens"):
+        Scorer.create(scorer.tokenizer, PromptTemplate.chatml("x"), label_tokens=("0", "12345 apples", "2"))
+
+
+def test_plan_batches_respects_budget_and_covers_every_index():
+    lengths = [5, 100, 7, 60, 60, 3, 250, 8]
+    batches = plan_batches(lengths, max_batch_tokens=200, max_batch_size=3)
+    flat = sorted(i for b in batches for i in b)
+    assert flat == list(range(len(lengths)))
+    for b in batches:
+        assert len(b) <= 3
+        if len(b) > 1:
+            assert len(b) * max(lengths[i] for i in b) <= 200
+
+
+def test_score_pairs_returns_input_order(scorer):
+    seen = []
+
+    def run_batch(ids, mask):
+        # logits that identify each row by its real length, so reordering bugs show
+        lengths = mask.sum(1)
+        seen.append(ids.shape)
+        return np.stack([lengths, -lengths, np.zeros_like(lengths)], 1).astype(np.float32)
+
+    docs = ["a " * n for n in (50, 2, 30, 1, 80)]
+    out = score_pairs(scorer, run_batch, ["q"] * 5, docs, max_batch_tokens=200, max_batch_size=2)
+    expected = [len(e.input_ids) for e in scorer.encode_batch(["q"] * 5, docs)]
+    assert out[:, 0].tolist() == expected
+    assert len(seen) >= 3
+
+
+def test_relevance_is_expected_label_value(scorer):
+    probs, score = scorer.relevance(np.array([[0.0, 0.0, 0.0], [10.0, -10.0, -10.0]]))
+    np.testing.assert_allclose(probs.sum(1), 1.0)
+    np.testing.assert_allclose(score, [1.0, 0.0], atol=1e-6)
+
+
+def test_tokenizer_json_is_the_real_bpe(tiny_student):
+    tok = Tokenizer.from_file(str(tiny_student / "tokenizer.json"))
+    assert tok.get_vocab_size(with_added_tokens=True) == 151665
