@@ -1,9 +1,105 @@
-"""TODO: demo (placeholder until its stage lands)."""
+"""Run the whole chain on the embedded demo data: pairs, label, train, export, bench.
+
+Every stage writes its output under --out and a rerun skips a stage whose output is complete
+(labelling resumes mid-way), so each stage can also be rerun alone with its own subcommand, e.g.
+`r3edge serve runs/demo/artifact --host 127.0.0.1 --port 50051`. Ends by printing where the
+report (a latency/accuracy table per system) and its plot are.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+ROOT_CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 
 
 def configure(parser):
-    pass
+    parser.add_argument("--out", default="runs/demo", help="directory for every stage's output")
+    parser.add_argument("--teacher", default=str(ROOT_CONFIGS / "teacher" / "r3a-smollm2.yaml"),
+                        help="teacher config (judge + model + generation budgets)")
+    parser.add_argument("--student", default=str(ROOT_CONFIGS / "student" / "smollm2-135m.yaml"),
+                        help="student config (model + scorer budgets + training)")
+    parser.add_argument("--train-queries", type=int, default=12, help="training queries")
+    parser.add_argument("--train-candidates", type=int, default=12, help="candidates per training query")
+    parser.add_argument("--heldout-queries", type=int, default=3,
+                        help="held-back queries, each a top-100 request in the benchmark")
+    parser.add_argument("--heldout-teacher-candidates", type=int, default=12,
+                        help="top-ranked candidates per held-back query that the teacher also labels "
+                             "(the teacher is far too slow for all 100)")
+    parser.add_argument("--variants", default="fp32,int8", help="export variants to build and benchmark")
+    parser.add_argument("--requests", type=int, default=6, help="top-100 requests per system in the benchmark")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the demo data generator")
+    parser.add_argument("--force", action="store_true", help="redo every stage even if its output is complete")
 
 
-def run(args):
-    raise NotImplementedError("demo")
+def _step(title: str) -> None:
+    print(f"\n=== {title} ===", flush=True)
+
+
+def run(args) -> int:
+    import shutil
+    import time
+
+    from distill.ugc import generate
+    from r3edge.pairs import QueryCandidates, write_queries
+
+    out = Path(args.out)
+    if args.force and out.exists():
+        shutil.rmtree(out)
+    out.mkdir(parents=True, exist_ok=True)
+    t0 = time.time()
+    variants = tuple(v for v in args.variants.split(",") if v)
+
+    _step("1/5 pairs: embedded UGC-style data")
+    pairs = out / "pairs.jsonl"
+    heldout = out / "heldout.jsonl"
+    heldout_teacher = out / "heldout-teacher.jsonl"
+    train_q = generate(args.train_queries, args.train_candidates, seed=args.seed, start=0)
+    # held-back queries start past every training phrasing, so their texts were never trained on
+    held_q = generate(args.heldout_queries, 100, seed=args.seed, start=20)
+    write_queries(pairs, train_q)
+    write_queries(heldout, held_q)
+    write_queries(heldout_teacher, [
+        QueryCandidates(q.qid, q.query, q.candidates[: args.heldout_teacher_candidates], q.aux) for q in held_q
+    ])
+    print(f"{pairs}: {sum(len(q.candidates) for q in train_q)} training pairs; "
+          f"{heldout}: {len(held_q)} top-100 requests")
+
+    _step("2/5 label: teacher judge on training and held-back pairs")
+    from distill.teacher import label_pairs
+
+    labels_train = label_pairs(pairs, args.teacher, out / "labels" / "train")
+    labels_heldout = label_pairs(heldout_teacher, args.teacher, out / "labels" / "heldout")
+
+    _step("3/5 train: student on the teacher's label-token distribution")
+    from r3edge.scoring import SCORER_FILE
+
+    student = out / "student"
+    if not (student / SCORER_FILE).is_file():
+        from distill.train import train_student
+
+        train_student(labels_train, args.student, student)
+    else:
+        print(f"{student} is complete; skipping (use --force to retrain)")
+
+    _step("4/5 export: ONNX scoring graph(s) with parity checks")
+    artifact = out / "artifact"
+    if not (artifact / "manifest.json").is_file():
+        from export.onnx import export_artifact
+
+        export_artifact(student, artifact, variants=variants, calib_pairs=pairs)
+    else:
+        print(f"{artifact} is complete; skipping (use --force to re-export)")
+
+    _step("5/5 bench: top-100 requests over gRPC, accuracy on the held-back split")
+    from benchmarks.suite import run_demo_bench
+
+    report = run_demo_bench(
+        artifact=artifact, variants=variants, pairs=heldout, labels=labels_heldout,
+        train_labels=labels_train, requests=args.requests, out_dir=out,
+    )
+    print(f"\ndemo finished in {time.time() - t0:.0f} s")
+    print(f"report: {report}")
+    print(f"plot:   {report.parent / 'latency_vs_accuracy.png'}")
+    print(f"serve it: r3edge serve {artifact} --host 127.0.0.1 --port 50051")
+    return 0
