@@ -336,16 +336,24 @@ def score_pairs(
     *,
     max_batch_tokens: int = 8192,
     max_batch_size: int = 64,
+    stats: dict | None = None,
 ) -> np.ndarray:
     """Label logits ``[n, n_labels]`` for pairs, in input order, via length-sorted micro-batches.
 
     ``run_batch(input_ids, attention_mask) -> label_logits`` is any runtime (torch, onnxruntime,
-    ...). Every caller that scores pairs goes through here, so formatting, truncation, batching
+    ...). ``stats``, if given, receives ``truncated_docs``, ``doc_tokens_dropped`` and ``n_batches``.
+    Every caller that scores pairs goes through here, so formatting, truncation, batching
     and reordering are the same in training-time evaluation, export parity, serving and benchmarks.
     """
     encoded = scorer.encode_batch(queries, documents)
     out = np.empty((len(encoded), scorer.spec.n_labels), dtype=np.float32)
-    for idx in plan_batches([len(e.input_ids) for e in encoded], max_batch_tokens, max_batch_size):
+    batches = plan_batches([len(e.input_ids) for e in encoded], max_batch_tokens, max_batch_size)
+    if stats is not None:
+        # What truncation and batching did, for callers that report it (the server, benchmarks).
+        stats["truncated_docs"] = sum(1 for e in encoded if e.doc_tokens_dropped)
+        stats["doc_tokens_dropped"] = sum(e.doc_tokens_dropped for e in encoded)
+        stats["n_batches"] = len(batches)
+    for idx in batches:
         ids, mask = scorer.collate([encoded[i] for i in idx])
         out[idx] = np.asarray(run_batch(ids, mask), dtype=np.float32)
     return out

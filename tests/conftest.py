@@ -60,3 +60,12 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def tiny_artifact(tiny_student, tmp_path_factory) -> Path:
+    """The tiny student exported once per session (fp32 + int8 ONNX), for the server and benchmarks."""
+    from export.onnx import export_artifact
+
+    return export_artifact(tiny_student, tmp_path_factory.mktemp("artifact") / "artifact",
+                           variants=("fp32", "int8"), calib_pairs=None, log=lambda *a, **k: None)

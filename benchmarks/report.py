@@ -1,0 +1,101 @@
+"""Write a benchmark's results: ``results.json`` (everything, with the machine), ``report.md``
+(one table a reader can compare) and ``latency_vs_accuracy.png`` (the trade-off at a glance)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+
+def _fmt(x, spec: str = ".3f") -> str:
+    return "–" if x is None else format(x, spec)
+
+
+def row_cells(row: dict) -> list[str]:
+    acc = row.get("accuracy", {})
+    gold = acc.get("vs_gold", {})
+    teach = acc.get("vs_teacher", {})
+    lat = row.get("latency_ms", {})
+    est = "*" if row.get("kind") == "teacher" else ""
+    return [
+        row["system"], str(row.get("variant") or "–"),
+        _fmt(lat.get("p50"), ".1f") + est, _fmt(lat.get("p95"), ".1f") + est,
+        _fmt(row.get("pairs_per_s"), ".1f") + est,
+        _fmt(gold.get("accuracy")), _fmt(gold.get("f1_macro")), _fmt(gold.get("ndcg@10")),
+        _fmt(teach.get("accuracy_vs_teacher")), str(gold.get("n", acc.get("n_scored", "–"))),
+    ]
+
+
+HEADER = ["system", "variant", "p50 ms / top-100 req", "p95 ms", "pairs/s", "accuracy vs gold", "macro F1",
+          "nDCG@10", "agreement w/ teacher", "n"]
+
+
+def markdown(results: dict) -> str:
+    m = results["machine"]
+    s = results["settings"]
+    lines = [
+        "# r3edge benchmark",
+        "",
+        f"Machine: {m['cpu']}, {m['cores_usable']}/{m['cores_logical']} cores, {m['ram_gib']} GiB RAM, {m['os']}, "
+        f"Python {m['python']}, onnxruntime {m['versions'].get('onnxruntime')}, torch {m['versions'].get('torch')}"
+        + (f", GPU {'; '.join(m['gpus'])}" if m["gpus"] else ", no GPU") + f" — {m['timestamp']}",
+        "",
+        f"Load: {s['requests']} Rerank requests, concurrency {s['concurrency']}, top_k {s['top_k']}, "
+        f"{s['n_queries']} queries / {s['n_pairs']} pairs"
+        + (f", candidates cycled to {s['pad_to']}" if s.get("pad_to") else "") + ".",
+        "",
+        "| " + " | ".join(HEADER) + " |",
+        "|" + "|".join("---" for _ in HEADER) + "|",
+    ]
+    lines += ["| " + " | ".join(row_cells(r)) + " |" for r in results["systems"]]
+    if any(r.get("kind") == "teacher" for r in results["systems"]):
+        lines += ["", "\\* teacher latency and throughput are estimated from labeling records "
+                  "(100 × mean per-pair latency_s, which already carries each pair's share of the query's intent "
+                  "round), not measured over gRPC."]
+    errs = {r["system"] + ":" + str(r.get("variant")): r["load"]["errors"] for r in results["systems"]
+            if r.get("load", {}).get("errors")}
+    if errs:
+        lines += ["", f"Failed requests (counted, not hidden): {errs}"]
+    return "\n".join(lines) + "\n"
+
+
+def plot(results: dict, path: Path) -> Path | None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    metrics = [("accuracy", "accuracy vs gold"), ("ndcg@10", "nDCG@10")]
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    drawn = 0
+    for ax, (key, title) in zip(axes, metrics):
+        for r in results["systems"]:
+            x = r.get("latency_ms", {}).get("p50")
+            y = r.get("accuracy", {}).get("vs_gold", {}).get(key)
+            if x is None or y is None or x <= 0:
+                continue
+            label = f"{r['system']} {r.get('variant') or ''}".strip()
+            marker = "s" if r.get("kind") == "teacher" else "o"
+            ax.scatter([x], [y], marker=marker)
+            ax.annotate(label + (" (est.)" if r.get("kind") == "teacher" else ""), (x, y),
+                        textcoords="offset points", xytext=(5, 5), fontsize=8)
+            drawn += 1
+        ax.set_xscale("log")
+        ax.set_xlabel("p50 latency per top-100 request (ms, log)")
+        ax.set_ylabel(title)
+        ax.set_title(f"latency vs {title}")
+        ax.grid(True, which="both", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def write_report(results: dict, out_dir: str | Path) -> dict[str, Path]:
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = {"results": out / "results.json", "report": out / "report.md", "plot": out / "latency_vs_accuracy.png"}
+    paths["results"].write_text(json.dumps(results, indent=2, default=str) + "\n")
+    paths["report"].write_text(markdown(results))
+    plot(results, paths["plot"])
+    return paths

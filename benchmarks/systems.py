@@ -1,0 +1,170 @@
+"""Benchmark systems side by side: each student variant (served in-process on a free port) or an
+external server, plus the teacher as estimated from its labelling records.
+
+Every student number comes through the real gRPC path (serialisation, validation, the server's
+batcher), so what is reported is what a client gets. Accuracy is measured on the held-back pairs
+against gold labels and, where teacher labels exist, against the teacher.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator, Sequence
+
+import numpy as np
+
+from benchmarks.load import collect_probs, percentiles, run_load
+from r3edge.errors import R3EdgeError
+from r3edge.pairs import QueryCandidates
+
+REQUEST_SIZE = 100  # the teacher estimate is scaled to a top-100 request
+
+
+def _metrics():
+    from r3edge import metrics  # lazily: sklearn/scipy are only needed when reporting
+
+    return metrics
+
+
+def teacher_probs(labels_dir: str | Path) -> tuple[dict[tuple[str, str], list[float]], "object"]:
+    from distill.labels import read_labels
+
+    table = read_labels(labels_dir)
+    cols = table.to_pydict()
+    probs = {}
+    for qid, docid, p in zip(cols["qid"], cols["docid"], cols["probs"]):
+        if p is not None:
+            probs[(qid, docid)] = list(p)
+    return probs, cols
+
+
+def accuracy_block(queries: Sequence[QueryCandidates], probs: dict[tuple[str, str], list[float]],
+                   label_values: Sequence[float], teacher: dict[tuple[str, str], list[float]] | None) -> dict:
+    """Metrics vs gold (pairs with a label) and vs the teacher (pairs the teacher labelled)."""
+    m = _metrics()
+    keys = [(q.qid, c.docid, c.label) for q in queries for c in q.candidates if (q.qid, c.docid) in probs]
+    gold_keys = [(qid, d, lab) for qid, d, lab in keys if lab is not None and 0 <= lab < len(label_values)]
+    out: dict = {"n_scored": len(keys)}
+    if gold_keys:
+        out["vs_gold"] = m.relevance_metrics([lab for _, _, lab in gold_keys],
+                                             np.array([probs[(q, d)] for q, d, _ in gold_keys]),
+                                             [q for q, _, _ in gold_keys], label_values=label_values)
+    if teacher:
+        both = [(q, d) for q, d, _ in keys if (q, d) in teacher]
+        if both:
+            out["vs_teacher"] = m.agreement_metrics(np.array([teacher[k] for k in both]),
+                                                    np.array([probs[k] for k in both]), label_values=label_values)
+    return out
+
+
+def teacher_row(queries: Sequence[QueryCandidates], labels_dir: str | Path, label_values: Sequence[float]) -> dict:
+    """The teacher as a system: accuracy of its labels, latency estimated from its records.
+
+    A top-100 request would cost 100 x the mean per-pair latency plus the query's intent round
+    (distill/teacher.py adds ``intent latency / pairs of the query`` to every record's
+    ``latency_s``, so the mean already holds it; a separate ``intent_latency_s`` column, if a
+    labeller writes one, is added once per query). Nothing here is measured over gRPC.
+    """
+    probs, cols = teacher_probs(labels_dir)
+    wanted = {(q.qid, c.docid) for q in queries for c in q.candidates}
+    per_q: dict[str, list[float]] = {}
+    intent: dict[str, float] = {}
+    for i, (qid, docid) in enumerate(zip(cols["qid"], cols["docid"])):
+        if (qid, docid) not in wanted or cols["latency_s"][i] is None:
+            continue
+        per_q.setdefault(qid, []).append(float(cols["latency_s"][i]))
+        if "intent_latency_s" in cols and cols["intent_latency_s"][i] is not None:
+            intent[qid] = float(cols["intent_latency_s"][i])
+    est_ms = [(REQUEST_SIZE * float(np.mean(v)) + intent.get(q, 0.0)) * 1e3 for q, v in per_q.items()]
+    mean_pair_s = float(np.mean([x for v in per_q.values() for x in v])) if per_q else None
+    sub = {k: v for k, v in probs.items() if k in wanted}
+    n_bad = sum(1 for i, (q, d) in enumerate(zip(cols["qid"], cols["docid"])) if (q, d) in wanted and not cols["format_ok"][i])
+    return {
+        "system": "teacher",
+        "variant": str(cols["teacher_model"][0]) if cols["qid"] else "",
+        "kind": "teacher",
+        "latency_source": "estimated from labeling records",
+        "latency_ms": percentiles(est_ms),
+        "pairs_per_s": (1.0 / mean_pair_s) if mean_pair_s else None,
+        "mean_pair_latency_s": mean_pair_s,
+        "intent_round_recorded": bool(intent),
+        "format_failures": n_bad,
+        "accuracy": accuracy_block(queries, sub, label_values, None),
+    }
+
+
+@contextmanager
+def _served(artifact: str, variant: str | None, backend: str, threads: int | None, **limits) -> Iterator[str]:
+    from serve.config import ServeConfig
+    from serve.server import BackgroundServer
+
+    cfg = ServeConfig(artifact=str(artifact), variant=variant, backend=backend, threads=threads, port=0, **limits)
+    srv = BackgroundServer(cfg).start()
+    try:
+        yield srv.target
+    finally:
+        srv.stop()
+
+
+def _variants_of(artifact: str, backend: str) -> list[str | None]:
+    if backend != "onnxruntime":
+        return [None]
+    from serve.runtimes.base import read_manifest
+
+    return list(read_manifest(artifact)["variants"])
+
+
+def student_row(target: str, queries: Sequence[QueryCandidates], teacher: dict | None, *, requests: int,
+                concurrency: int, top_k: int, pad_to: int | None, system: str) -> dict:
+    from serve.client import RerankerClient
+
+    with RerankerClient(target) as client:
+        client.wait_ready(300)
+        info = client.model_info()
+    probs = collect_probs(target, queries)
+    load = run_load(target, queries, requests, concurrency, top_k=top_k, pad_to=pad_to)
+    return {
+        "system": system,
+        "variant": info.variant,
+        "kind": "student",
+        "runtime": info.runtime,
+        "scorer_fingerprint": info.scorer_fingerprint,
+        "label_values": list(info.label_values),
+        "latency_source": "measured over gRPC",
+        "latency_ms": load["latency_ms"],
+        "pairs_per_s": load["pairs_per_s"],
+        "load": load,
+        "accuracy": accuracy_block(queries, probs, list(info.label_values), teacher),
+    }
+
+
+def bench_systems(queries: Sequence[QueryCandidates], *, artifact: str | None = None,
+                  variants: Sequence[str] | None = None, backend: str = "onnxruntime", threads: int | None = None,
+                  target: str | None = None, labels_dir: str | None = None, requests: int = 20,
+                  concurrency: int = 1, top_k: int = 10, pad_to: int | None = None, serve_limits: dict | None = None) -> dict:
+    """Rows for every system plus the machine description; the caller writes the report."""
+    from benchmarks.machine import machine_info
+
+    if (artifact is None) == (target is None):
+        raise R3EdgeError("give exactly one of --artifact (served in-process) or --target (a running server)",
+                          "e.g. r3edge bench --artifact runs/demo/artifact --pairs heldout.jsonl")
+    teacher = teacher_probs(labels_dir)[0] if labels_dir else None
+    kw = dict(requests=requests, concurrency=concurrency, top_k=top_k, pad_to=pad_to)
+    rows = []
+    if target:
+        rows.append(student_row(target, queries, teacher, system=f"server@{target}", **kw))
+    else:
+        for variant in (list(variants) if variants else _variants_of(artifact, backend)):
+            with _served(artifact, variant, backend, threads, **(serve_limits or {})) as tgt:
+                rows.append(student_row(tgt, queries, teacher, system=f"student ({backend})", **kw))
+    if labels_dir:
+        label_values = rows[0].get("label_values") or (0.0, 1.0, 2.0)
+        rows.append(teacher_row(queries, labels_dir, label_values))
+    return {
+        "machine": machine_info(),
+        "settings": {"artifact": artifact, "target": target, "backend": backend, "threads": threads,
+                     "labels_dir": labels_dir, "n_queries": len(queries),
+                     "n_pairs": sum(len(q.candidates) for q in queries), **kw},
+        "systems": rows,
+    }

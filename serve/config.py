@@ -1,0 +1,68 @@
+"""Server settings: one pydantic model, every field both a CLI flag and an ``R3EDGE_<NAME>`` env var.
+
+Precedence is flag > environment > YAML file (``--config``) > default, as in
+text-embeddings-inference, so a container can be configured by env alone and a developer by
+flags alone. ``max_candidates`` defaults to 1000: a reranker that rejects top-100 requests (TEI's
+``max_client_batch_size=32``) is not a reranker.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Literal, Mapping
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from r3edge.errors import R3EdgeError
+
+ENV_PREFIX = "R3EDGE_"
+
+
+class ServeConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    artifact: str = Field(description="artifact directory (or student directory with --backend torch)")
+    host: str = Field("127.0.0.1", description="address to bind; 0.0.0.0 to listen on all interfaces")
+    port: int = Field(50051, ge=0, le=65535, description="port to bind; 0 picks a free one")
+    variant: str | None = Field(None, description="model variant in the artifact (fp32, int8, ...); default: the manifest's")
+    backend: Literal["onnxruntime", "torch"] = Field("onnxruntime", description="scoring runtime")
+    threads: int | None = Field(None, ge=1, description="intra-op threads of the runtime")
+    max_batch_tokens: int = Field(8192, ge=1, description="padded-token budget of one micro-batch")
+    max_batch_size: int = Field(64, ge=1, description="pairs in one micro-batch at most")
+    max_candidates: int = Field(1000, ge=1, description="candidates in one request at most")
+    max_concurrent_requests: int = Field(2, ge=1, description="requests scored at the same time")
+    max_queued_requests: int = Field(32, ge=0, description="requests waiting for a scoring slot; more -> RESOURCE_EXHAUSTED")
+    max_message_mb: int = Field(32, ge=1, description="largest request message in MiB")
+    grace_period_s: float = Field(10.0, ge=0, description="seconds in-flight requests get to finish on shutdown")
+
+    @staticmethod
+    def env_name(field: str) -> str:
+        return ENV_PREFIX + field.upper()
+
+    @classmethod
+    def resolve(cls, flags: Mapping[str, Any], env: Mapping[str, str] | None = None,
+                config_file: str | Path | None = None) -> "ServeConfig":
+        """Merge file, environment and flags (``None`` flags mean "not given")."""
+        env = os.environ if env is None else env
+        values: dict[str, Any] = {}
+        if config_file:
+            import yaml
+
+            path = Path(config_file)
+            if not path.is_file():
+                raise R3EdgeError(f"serve config {path} does not exist", "pass a YAML file like configs/serve/default.yaml")
+            values.update(yaml.safe_load(path.read_text()) or {})
+        for name in cls.model_fields:
+            if cls.env_name(name) in env:
+                values[name] = env[cls.env_name(name)]
+        values.update({k: v for k, v in flags.items() if v is not None and k in cls.model_fields})
+        try:
+            return cls.model_validate(values)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            field = ".".join(str(p) for p in first["loc"]) or "(top level)"
+            raise R3EdgeError(
+                f"serve setting '{field}': {first['msg']}",
+                f"fix --{field.replace('_', '-')} / {cls.env_name(field)} / the YAML key",
+            ) from exc
