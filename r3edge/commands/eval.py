@@ -1,9 +1,49 @@
-"""TODO: eval (placeholder until its stage lands)."""
+"""Score labelled pairs with a student, an exported artifact or a running server, and report metrics.
+
+Three comparisons from one labels directory: the teacher against gold labels (where the pairs had
+them), the model against gold (per-class F1, AUC 0/12, AUC 01/2, accuracy, nDCG@10), and the model
+against the teacher (argmax agreement, KL, Spearman of expected scores).
+"""
+
+from __future__ import annotations
 
 
 def configure(parser):
-    pass
+    parser.add_argument("labels_dir", metavar="LABELS_DIR", help="labels directory written by `r3edge label`")
+    what = parser.add_mutually_exclusive_group(required=True)
+    what.add_argument("--student", metavar="DIR", help="student directory written by `r3edge train` (scored in PyTorch)")
+    what.add_argument("--artifact", metavar="DIR", help="artifact directory written by `r3edge export` (scored with its runtime)")
+    what.add_argument("--server", metavar="HOST:PORT", help="address of a running `r3edge serve`")
+    parser.add_argument("--variant", default=None, metavar="NAME",
+                        help="artifact variant to score (fp32, int8, fp16; default: the artifact's default); only with --artifact")
+    parser.add_argument("--json", default=None, metavar="OUT", help="also write the metrics as JSON to this file")
 
 
-def run(args):
-    raise NotImplementedError("eval")
+def run(args) -> int:
+    import json
+    from pathlib import Path
+
+    from distill.evaluate import artifact_score_fn, evaluate, print_table, server_score_fn, torch_student_score_fn
+    from r3edge.errors import R3EdgeError
+
+    if args.variant and not args.artifact:
+        raise R3EdgeError("--variant applies only to --artifact", "drop --variant, or evaluate an artifact with --artifact DIR")
+    if args.student:
+        score_fn = torch_student_score_fn(args.student)
+    elif args.artifact:
+        score_fn = artifact_score_fn(args.artifact, args.variant)
+    else:
+        score_fn = server_score_fn(args.server)
+    try:
+        result = evaluate(args.labels_dir, score_fn)
+    finally:
+        score_fn.close()
+    print_table(result)
+    if args.json:
+        out = Path(args.json)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = out.with_name(out.name + ".tmp")
+        tmp.write_text(json.dumps(result, indent=2) + "\n")
+        tmp.replace(out)
+        print(f"wrote {out}")
+    return 0

@@ -1,9 +1,35 @@
-"""TODO: train (placeholder until its stage lands)."""
+"""Distil teacher labels into a student: KL(teacher ‖ student) on the label-token logits only.
+
+Reads a complete labels directory (an unfinished `r3edge label` run is refused), creates the student
+from its config (pretrained weights or a random init), fixes its scorer.json, trains with the
+transformers Trainer and writes weights + scorer.json + tokenizer.json + train_report.json.
+"""
+
+from __future__ import annotations
 
 
 def configure(parser):
-    pass
+    parser.add_argument("labels_dir", metavar="LABELS_DIR", help="labels directory written by `r3edge label`")
+    parser.add_argument("--student", required=True, metavar="CONFIG",
+                        help="student config YAML, e.g. configs/student/smollm2-135m.yaml")
+    parser.add_argument("--out", required=True, metavar="DIR",
+                        help="student directory to write (replaced atomically when training finishes)")
+    parser.add_argument("--max-steps", type=int, default=None, metavar="N",
+                        help="stop after N optimiser steps (overrides the config's epochs)")
+    parser.add_argument("--drop-unformatted", action="store_true",
+                        help="train only on records whose teacher output was well formed (format_ok); "
+                             "by default all are kept, since the forced score read-out is still the teacher's distribution")
+    parser.add_argument("--eval-labels", default=None, metavar="DIR",
+                        help="held-out labels directory to evaluate after training (metrics go into train_report.json)")
 
 
-def run(args):
-    raise NotImplementedError("train")
+def run(args) -> int:
+    from r3edge.errors import require
+
+    require("torch", "train")
+    require("transformers", "train")
+    from distill.train import train_student
+
+    train_student(args.labels_dir, args.student, args.out, max_steps=args.max_steps,
+                  eval_labels_dir=args.eval_labels, drop_unformatted=args.drop_unformatted)
+    return 0

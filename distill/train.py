@@ -1,0 +1,224 @@
+"""Distil teacher labels into a student trained on the label-token logits only.
+
+The student never sees the teacher's reasoning and never projects the full vocabulary: the loss is
+KL(teacher probs ‖ softmax(label logits)) on :class:`~distill.student.LabelScorer`, the same graph
+that export traces and the server runs, so what is optimised is exactly what is served. Inputs are
+formatted only by the :class:`~r3edge.scoring.Scorer` fixed when the student is created, and that
+scorer is saved with the weights.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import platform
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from datasets import Dataset
+from transformers import Trainer, TrainingArguments
+
+from distill.labels import read_labels, read_manifest
+from distill.student import LabelScorer, create_student, save_student
+from r3edge.config import StudentConfig, load_yaml
+from r3edge.errors import R3EdgeError
+from r3edge.scoring import Encoded, Scorer
+
+REPORT_FILE = "train_report.json"
+PROB_TOLERANCE = 1e-3
+
+
+class DistillCollator:
+    """Pads through ``Scorer.collate`` so training batches look exactly like serving batches."""
+
+    def __init__(self, scorer: Scorer):
+        self.scorer = scorer
+
+    def __call__(self, features: list[dict]) -> dict[str, torch.Tensor]:
+        encoded = [Encoded(f["input_ids"], f["doc_tokens"], f["doc_tokens_dropped"]) for f in features]
+        ids, mask = self.scorer.collate(encoded)
+        return {
+            "input_ids": torch.from_numpy(ids),
+            "attention_mask": torch.from_numpy(mask),
+            "teacher_probs": torch.tensor([f["teacher_probs"] for f in features], dtype=torch.float32),
+        }
+
+
+class DistillTrainer(Trainer):
+    """A Trainer whose loss is KL(teacher ‖ student) over the label tokens, batch-mean."""
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        logits = model(inputs["input_ids"], inputs["attention_mask"])
+        loss = F.kl_div(F.log_softmax(logits.float(), dim=-1), inputs["teacher_probs"], reduction="batchmean")
+        return (loss, logits) if return_outputs else loss
+
+
+def teacher_targets(table, n_labels: int, labels_dir: Path) -> np.ndarray:
+    """The teacher distributions as ``[n, n_labels]``; a malformed record is an error naming it."""
+    probs = table.column("probs").to_pylist()
+    qids, docids = table.column("qid").to_pylist(), table.column("docid").to_pylist()
+    out = np.zeros((len(probs), n_labels), dtype=np.float64)
+    for i, p in enumerate(probs):
+        where = f"{labels_dir}: record qid={qids[i]!r} docid={docids[i]!r}"
+        if p is None or len(p) != n_labels:
+            raise R3EdgeError(
+                f"{where} has probs {p!r}; the student has {n_labels} labels",
+                "re-label with a judge whose label space matches the student's label_tokens",
+            )
+        row = np.asarray(p, dtype=np.float64)
+        if not np.isfinite(row).all() or (row < 0).any() or abs(row.sum() - 1.0) > PROB_TOLERANCE:
+            raise R3EdgeError(f"{where} has probs {p!r}, not a probability distribution",
+                              "fix the labelling backend: probs must be non-negative and sum to 1")
+        out[i] = row / row.sum()
+    return out
+
+
+def build_dataset(scorer: Scorer, queries: list[str], documents: list[str], targets: np.ndarray) -> Dataset:
+    """Token ids from the scorer (the only formatter) plus the teacher targets, as a datasets.Dataset."""
+    encoded = scorer.encode_batch(queries, documents)
+    return Dataset.from_dict(
+        {
+            "input_ids": [e.input_ids for e in encoded],
+            "doc_tokens": [e.doc_tokens for e in encoded],
+            "doc_tokens_dropped": [e.doc_tokens_dropped for e in encoded],
+            "length": [len(e.input_ids) for e in encoded],
+            "teacher_probs": targets.astype(np.float32).tolist(),
+        }
+    )
+
+
+def _bf16_supported() -> bool:
+    if torch.cuda.is_available():
+        return torch.cuda.is_bf16_supported()
+    return True  # CPU autocast runs bf16 GEMMs (and is ~4x faster than fp32 on AVX-512 BF16 CPUs)
+
+
+def _provenance(manifest: dict, table) -> dict:
+    keep = ("judge", "teacher_model", "prompt_hash", "pairs_sha256", "n_pairs", "n_labels", "label_values")
+    out = {k: manifest[k] for k in keep if k in manifest}
+    for col in ("judge", "teacher_model", "prompt_hash"):
+        if col not in out and col in table.column_names:
+            vals = sorted({v for v in table.column(col).to_pylist() if v is not None})
+            out[col] = vals[0] if len(vals) == 1 else vals
+    return out
+
+
+def train_student(
+    labels_dir: str | Path,
+    student_config_path: str | Path,
+    out_dir: str | Path,
+    *,
+    max_steps: int | None = None,
+    eval_labels_dir: str | Path | None = None,
+    drop_unformatted: bool = False,
+) -> Path:
+    """Train a student on a complete labels directory and save it (weights + scorer.json + report).
+
+    ``drop_unformatted`` keeps only records whose teacher output was well formed; by default all
+    are kept, because the forced score read-out is still the teacher's distribution.
+    """
+    labels_dir = Path(labels_dir)
+    config = load_yaml(student_config_path, StudentConfig)
+    if max_steps is not None and max_steps <= 0:
+        raise R3EdgeError(f"--max-steps {max_steps} is not positive", "pass a positive number of steps or omit it")
+    table = read_labels(labels_dir)  # refuses an unfinished labelling run
+    manifest = read_manifest(labels_dir)
+    if eval_labels_dir is not None:
+        read_labels(eval_labels_dir)  # fail now, not after training, if the held-out set is unusable
+    n_total = table.num_rows
+    format_ok = np.asarray([bool(v) for v in table.column("format_ok").to_pylist()])
+    n_ok = int(format_ok.sum())
+    if drop_unformatted:
+        table = table.filter(format_ok)
+    if table.num_rows == 0:
+        raise R3EdgeError(
+            f"{labels_dir} has no records to train on ({n_total} total, {n_ok} format_ok, "
+            f"drop_unformatted={drop_unformatted})",
+            "label more pairs, or train without --drop-unformatted",
+        )
+
+    lm, scorer = create_student(config)
+    targets = teacher_targets(table, scorer.spec.n_labels, labels_dir)
+    dataset = build_dataset(scorer, table.column("query").to_pylist(), table.column("text").to_pylist(), targets)
+
+    tp = config.train
+    bf16 = tp.bf16 and _bf16_supported()
+    model = LabelScorer(lm, scorer.spec.label_token_ids)
+    with tempfile.TemporaryDirectory(prefix="r3edge-train-") as scratch:
+        args = TrainingArguments(
+            output_dir=scratch,
+            num_train_epochs=tp.epochs,
+            max_steps=max_steps if max_steps is not None else -1,
+            per_device_train_batch_size=tp.batch_size,
+            gradient_accumulation_steps=tp.gradient_accumulation_steps,
+            learning_rate=tp.learning_rate,
+            warmup_steps=tp.warmup_ratio,
+            weight_decay=tp.weight_decay,
+            bf16=bf16,
+            use_cpu=not torch.cuda.is_available(),
+            seed=tp.seed,
+            data_seed=tp.seed,
+            logging_steps=tp.logging_steps,
+            logging_first_step=True,
+            save_strategy="no",
+            report_to=[],
+            remove_unused_columns=False,
+            dataloader_pin_memory=False,
+            # Length-grouped batches waste little on padding: the kernels pay for padded tokens.
+            train_sampling_strategy="group_by_length",
+            length_column_name="length",
+        )
+        trainer = DistillTrainer(model=model, args=args, train_dataset=dataset, data_collator=DistillCollator(scorer))
+        t0 = time.perf_counter()
+        result = trainer.train()
+        wall = time.perf_counter() - t0
+        losses = [(h["step"], h["loss"]) for h in trainer.state.log_history if "loss" in h]
+    lm.eval()
+
+    report = {
+        "config_path": str(student_config_path),
+        "config": config.model_dump(mode="json"),
+        "labels_dir": str(labels_dir),
+        "labels": _provenance(manifest, table),
+        "n_examples": {"total": n_total, "format_ok": n_ok, "trained_on": table.num_rows},
+        "drop_unformatted": drop_unformatted,
+        "docs_truncated": int(sum(1 for d in dataset["doc_tokens_dropped"] if d > 0)),
+        "epochs": float(trainer.state.epoch or 0.0),
+        "steps": int(trainer.state.global_step),
+        "batch_size": tp.batch_size,
+        "bf16": bf16,
+        "device": "cuda" if torch.cuda.is_available() else f"cpu ({torch.get_num_threads()} threads)",
+        "loss_first": losses[0][1] if losses else None,
+        "loss_last": losses[-1][1] if losses else None,
+        "loss_log": losses,
+        "train_loss_mean": float(result.training_loss),
+        "wall_time_s": round(wall, 2),
+        "seconds_per_step": round(wall / max(1, trainer.state.global_step), 3),
+        "scorer_fingerprint": scorer.spec.fingerprint(),
+        "versions": {"torch": torch.__version__, "python": platform.python_version()},
+    }
+    if eval_labels_dir is not None:
+        from distill.evaluate import evaluate, lm_score_fn
+
+        report["eval"] = evaluate(eval_labels_dir, lm_score_fn(lm, scorer), scorer=scorer)
+    out = save_student(lm, scorer, out_dir, extra_files={REPORT_FILE: json.dumps(report, indent=2, default=_jsonable) + "\n"})
+    print(
+        f"trained {table.num_rows} pairs, {report['steps']} steps in {wall:.1f} s "
+        f"({report['seconds_per_step']} s/step); loss {_fmt(report['loss_first'])} -> {_fmt(report['loss_last'])}; "
+        f"saved {out}"
+    )
+    return out
+
+
+def _fmt(x: float | None) -> str:
+    return "n/a" if x is None or not math.isfinite(x) else f"{x:.4f}"
+
+
+def _jsonable(o):
+    if isinstance(o, (np.floating, np.integer)):
+        return o.item()
+    raise TypeError(f"{type(o).__name__} is not JSON serialisable")

@@ -1,0 +1,160 @@
+"""Training and evaluation on real parts: the tiny Qwen2 config, real label files, the real CLI."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import SAMPLE_QUERIES, TINY_STUDENT
+from distill.labels import write_manifest, write_shard
+from r3edge.errors import R3EdgeError
+
+TRAIN_STEPS = 12  # the tiny student memorises the 7 sample pairs well before this
+
+
+def teacher_probs(gold: int) -> list[float]:
+    p = [0.1, 0.1, 0.1]
+    p[gold] = 0.8
+    return p
+
+
+def write_labels(directory: Path, *, complete: bool = True, gold: bool = True, probs=teacher_probs) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    records = []
+    for q in SAMPLE_QUERIES:
+        for c in q["candidates"]:
+            records.append(dict(
+                qid=q["qid"], docid=c["docid"], query=q["query"], text=c["text"],
+                gold=c["label"] if gold else None, judge="r3a", teacher_model="unit-teacher",
+                prompt_hash="feedbeef", probs=probs(c["label"]), score=c["label"],
+                format_ok=c["docid"] != "d2",  # one malformed teacher output, kept and counted
+            ))
+    write_shard(directory, records)
+    write_manifest(directory, {"judge": "r3a", "teacher_model": "unit-teacher", "prompt_hash": "feedbeef",
+                               "n_pairs": len(records), "n_done": len(records) if complete else 3,
+                               "complete": complete})
+    return directory
+
+
+@pytest.fixture(scope="module")
+def labels_dir(tmp_path_factory) -> Path:
+    return write_labels(tmp_path_factory.mktemp("labels") / "labels")
+
+
+@pytest.fixture(scope="module")
+def trained(labels_dir, tmp_path_factory) -> Path:
+    """Trained through the CLI, as a user would."""
+    from r3edge.cli import main
+
+    out = tmp_path_factory.mktemp("trained") / "student"
+    rc = main(["train", str(labels_dir), "--student", str(TINY_STUDENT), "--out", str(out),
+               "--max-steps", str(TRAIN_STEPS)])
+    assert rc == 0
+    return out
+
+
+def test_training_lowers_the_loss_and_writes_a_report(trained):
+    report = json.loads((trained / "train_report.json").read_text())
+    assert report["steps"] == TRAIN_STEPS
+    assert report["loss_last"] < 0.5 * report["loss_first"]
+    assert report["n_examples"] == {"total": 7, "format_ok": 6, "trained_on": 7}
+    assert report["labels"] == {"judge": "r3a", "teacher_model": "unit-teacher", "prompt_hash": "feedbeef", "n_pairs": 7}
+    assert report["config"]["name"] == "qwen2-tiny"
+    assert report["wall_time_s"] > 0
+
+
+def test_trained_student_agrees_with_the_teacher_more_than_untrained(trained, tiny_student, labels_dir):
+    from distill.evaluate import evaluate, torch_student_score_fn
+
+    before = evaluate(labels_dir, torch_student_score_fn(tiny_student))
+    after = evaluate(labels_dir, torch_student_score_fn(trained))
+    assert after["student_vs_teacher"]["kl_teacher_student"] < before["student_vs_teacher"]["kl_teacher_student"]
+    assert after["student_vs_teacher"]["accuracy_vs_teacher"] > before["student_vs_teacher"]["accuracy_vs_teacher"]
+    # The teacher is peaked on gold, so memorising it also fits gold.
+    assert after["student_vs_gold"]["accuracy"] > before["student_vs_gold"]["accuracy"]
+    assert after["teacher_vs_gold"]["accuracy"] == 1.0
+
+
+def test_saved_student_reloads_with_the_scorer_training_used(trained, tiny_student):
+    from distill.student import load_student
+
+    lm, scorer = load_student(trained)
+    report = json.loads((trained / "train_report.json").read_text())
+    assert scorer.spec.fingerprint() == report["scorer_fingerprint"]
+    # Same config, so the scorer fixed at the start of training is the one create_student makes.
+    assert json.loads((trained / "scorer.json").read_text()) == json.loads((tiny_student / "scorer.json").read_text())
+    assert lm.get_output_embeddings().weight.shape[0] == 151936
+
+
+def test_eval_cli_writes_json(trained, labels_dir, tmp_path, capsys):
+    from r3edge.cli import main
+
+    out = tmp_path / "metrics.json"
+    assert main(["eval", str(labels_dir), "--student", str(trained), "--json", str(out)]) == 0
+    result = json.loads(out.read_text())
+    assert result["n_pairs"] == 7 and result["n_with_gold"] == 7
+    assert set(result["student_vs_gold"]) >= {"accuracy", "f1_per_class", "f1_macro", "auc_0_12", "auc_01_2", "ndcg@10"}
+    assert "student vs gold" in capsys.readouterr().out
+
+
+def test_evaluate_without_gold_reports_teacher_agreement_only(tmp_path):
+    from distill.evaluate import evaluate
+
+    labels = write_labels(tmp_path / "nogold", gold=False)
+
+    def echo_teacher(queries, documents):  # a "model" that outputs log teacher probs for every pair
+        gold = {c["text"]: c["label"] for q in SAMPLE_QUERIES for c in q["candidates"]}
+        return np.log([teacher_probs(gold[d]) for d in documents])
+
+    result = evaluate(labels, echo_teacher)
+    assert result["student_vs_gold"] is None and result["teacher_vs_gold"] is None
+    agree = result["student_vs_teacher"]
+    assert agree["accuracy_vs_teacher"] == 1.0
+    assert agree["kl_teacher_student"] == pytest.approx(0.0, abs=1e-9)
+
+
+def test_drop_unformatted_trains_on_format_ok_only(labels_dir, tmp_path):
+    from distill.train import train_student
+
+    out = train_student(labels_dir, TINY_STUDENT, tmp_path / "s", max_steps=1, drop_unformatted=True)
+    report = json.loads((out / "train_report.json").read_text())
+    assert report["n_examples"] == {"total": 7, "format_ok": 6, "trained_on": 6}
+    assert not (tmp_path / "s.partial").exists()
+
+
+def test_incomplete_labels_are_refused_with_a_fix(tmp_path):
+    from distill.train import train_student
+
+    labels = write_labels(tmp_path / "partial", complete=False)
+    with pytest.raises(R3EdgeError, match="incomplete") as err:
+        train_student(labels, TINY_STUDENT, tmp_path / "s")
+    assert "r3edge label" in err.value.fix
+    assert not (tmp_path / "s").exists()
+
+
+def test_unknown_config_field_is_named(labels_dir, tmp_path):
+    from distill.train import train_student
+
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(TINY_STUDENT.read_text().replace("  learning_rate:", "  learning_rat: 0.1\n  learning_rate:"))
+    with pytest.raises(R3EdgeError, match="train.learning_rat"):
+        train_student(labels_dir, bad, tmp_path / "s")
+
+
+def test_probs_outside_the_label_space_name_the_record(tmp_path):
+    from distill.train import train_student
+
+    labels = write_labels(tmp_path / "two", probs=lambda g: [0.5, 0.5])
+    with pytest.raises(R3EdgeError, match="qid='q1' docid='d1'"):
+        train_student(labels, TINY_STUDENT, tmp_path / "s")
+
+
+def test_cli_reports_errors_without_a_traceback(tmp_path, capsys):
+    from r3edge.cli import main
+
+    rc = main(["train", str(tmp_path / "missing"), "--student", str(TINY_STUDENT), "--out", str(tmp_path / "s")])
+    assert rc == 2
+    assert "does not exist" in capsys.readouterr().err
