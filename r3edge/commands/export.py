@@ -1,9 +1,44 @@
-"""TODO: export (placeholder until its stage lands)."""
+"""Export a student directory to a validated ONNX scoring-graph artifact.
+
+The graph takes input_ids/attention_mask and returns label_logits [batch, n_labels] (never the
+full vocabulary). Every variant is checked against PyTorch on pairs formatted by the scorer;
+the artifact directory appears only when fp32 parity passed. Variants: fp32 (reference),
+int8 (static QDQ, batch invariant, calibrated on --calib pairs), int8-dynamic (comparison only:
+scores depend on batchmates), fp16 (for GPUs).
+"""
+
+from __future__ import annotations
 
 
 def configure(parser):
-    pass
+    parser.add_argument("student_dir", metavar="STUDENT_DIR",
+                        help="student directory written by `r3edge train` (weights + scorer.json + tokenizer.json)")
+    parser.add_argument("--out", required=True, metavar="ARTIFACT_DIR",
+                        help="artifact directory to write (replaced only when the export passes parity)")
+    parser.add_argument("--variants", default="fp32,int8",
+                        help="comma-separated variants: fp32, int8 (static QDQ), int8-weight (weight-only), int8-dynamic, fp16; fp32 is always built; a quantized variant that fails its checks is left out and reported")
+    parser.add_argument("--default-variant", default=None, metavar="NAME",
+                        help="variant the server loads when none is named (default: fp32)")
+    parser.add_argument("--calib", default=None, metavar="PAIRS.jsonl",
+                        help="pairs file for int8 calibration and parity validation (default: a small built-in set; "
+                             "use pairs like those you will serve)")
+    parser.add_argument("--max-calib", type=int, default=64, metavar="N",
+                        help="use at most N pairs from --calib for calibration and validation")
+    parser.add_argument("--atol", type=float, default=1e-3,
+                        help="max |Δ label logit| allowed between ONNX fp32 and PyTorch")
+    parser.add_argument("--opset", type=int, default=None, help="ONNX opset (default: the exporter's)")
+    parser.add_argument("--threads", type=int, default=None, help="ONNX Runtime threads for parity checks")
 
 
-def run(args):
-    raise NotImplementedError("export")
+def run(args) -> int:
+    from export.onnx import export_artifact, parse_variants
+    from r3edge.errors import R3EdgeError
+
+    parse_variants(args.variants)  # fail on a typo before loading anything heavy
+    if args.max_calib <= 0:
+        raise R3EdgeError(f"--max-calib {args.max_calib}", "pass a positive number of pairs")
+    export_artifact(
+        args.student_dir, args.out, variants=args.variants, calib_pairs=args.calib, max_calib=args.max_calib,
+        opset=args.opset, atol=args.atol, default=args.default_variant, threads=args.threads,
+    )
+    return 0

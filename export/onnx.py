@@ -1,0 +1,244 @@
+"""``r3edge export``: student directory -> validated ONNX scoring-graph artifact.
+
+The artifact is built in ``<out>.partial`` and renamed only after fp32 parity (and each
+variant's hard checks) passed, so a failed or killed export never leaves a directory that
+``r3edge serve`` would accept. Layout::
+
+    model.fp32.onnx  model.int8.onnx  [model.fp16.onnx]   scoring graphs (contract 4)
+    scorer.json  tokenizer.json                            the input contract (contract 3)
+    manifest.json                                          variants -> files, default, fingerprint
+    export_report.json                                     parity per variant, timings, scheme
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from export.parity import ParityError, Tolerances, check_variant, load_pairs
+from export.quantize import PRESETS, VARIANTS, quantize
+from r3edge import __version__
+from r3edge.errors import R3EdgeError, require
+from r3edge.scoring import SCORER_FILE, Scorer, plan_batches, score_pairs
+from serve.runtimes.base import INPUT_NAMES, MANIFEST_FILE, OUTPUT_NAME
+
+REPORT_FILE = "export_report.json"
+
+
+def variant_file(variant: str) -> str:
+    return f"model.{variant}.onnx"
+
+
+def parse_variants(variants: Sequence[str] | str) -> list[str]:
+    """Validate variant names early (before minutes of export); fp32 is always built first."""
+    if isinstance(variants, str):
+        variants = [v.strip() for v in variants.split(",") if v.strip()]
+    bad = [v for v in variants if v not in VARIANTS]
+    if bad:
+        raise R3EdgeError(f"unknown export variant(s) {', '.join(bad)}", f"choose from {', '.join(VARIANTS)}")
+    out = ["fp32"] + [v for v in dict.fromkeys(variants) if v != "fp32"]
+    return out
+
+
+def check_no_vocab_projection(model_path: Path, vocab_size: int, n_labels: int) -> dict:
+    """Contract 4: the graph never materialises a ``[..., vocab]`` tensor; its output is ``[B, n_labels]``.
+
+    Checks every typed value after shape inference and every MatMul/Gemm weight, so a wrapper
+    regression that projects the full vocabulary (~18% of a Qwen2.5's FLOPs) fails the export.
+    """
+    import onnx
+
+    model = onnx.load(str(model_path), load_external_data=False)
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model)
+    except Exception:  # shape inference is best-effort on exotic graphs; the weight check still runs
+        inferred = model
+    g = inferred.graph
+    outs = [(o.name, [d.dim_value or d.dim_param for d in o.type.tensor_type.shape.dim]) for o in g.output]
+    if [name for name, _ in outs] != [OUTPUT_NAME] or len(outs[0][1]) != 2 or outs[0][1][1] != n_labels:
+        raise R3EdgeError(f"exported graph outputs {outs}, expected [{OUTPUT_NAME} [batch, {n_labels}]]",
+                          "export through distill.student.LabelScorer")
+    ins = {i.name: i.type.tensor_type.elem_type for i in g.input}
+    if any(ins.get(n) != onnx.TensorProto.INT64 for n in INPUT_NAMES):
+        raise R3EdgeError(f"exported graph inputs {ins}, expected int64 {INPUT_NAMES}", "export through LabelScorer")
+    offenders = []
+    for vi in list(g.value_info) + list(g.output):
+        dims = vi.type.tensor_type.shape.dim
+        if dims and dims[-1].dim_value == vocab_size:
+            offenders.append(vi.name)
+    inits = {i.name: list(i.dims) for i in g.initializer}
+    for n in g.node:
+        if n.op_type in ("MatMul", "Gemm") and len(n.input) > 1 and n.input[1] in inits:
+            w = inits[n.input[1]]
+            trans_b = any(a.name == "transB" and a.i for a in n.attribute)
+            if w and (w[0] if trans_b else w[-1]) == vocab_size:
+                offenders.append(n.name)
+    if offenders:
+        raise R3EdgeError(
+            f"exported graph projects onto the full vocabulary ({vocab_size}) at {offenders[:5]}",
+            "the scoring graph must read only the label rows of the LM head (LabelScorer); fix the wrapper",
+        )
+    return {"checked_values": len(g.value_info), "vocab_size": vocab_size, "full_vocab_tensors": 0}
+
+
+def _calib_feeds(scorer: Scorer, queries: list[str], docs: list[str], batch_size: int = 8) -> list[dict]:
+    """Calibration inputs formatted and batched exactly as the server will send them."""
+    enc = scorer.encode_batch(queries, docs)
+    feeds = []
+    for idx in plan_batches([len(e.input_ids) for e in enc], 1 << 30, batch_size):
+        ids, mask = scorer.collate([enc[i] for i in idx])
+        feeds.append({"input_ids": ids, "attention_mask": mask})
+    return feeds
+
+
+def _ort_runner(path: Path, threads: int | None):
+    ort = require("onnxruntime", "export")
+    opts = ort.SessionOptions()
+    if threads:
+        opts.intra_op_num_threads = threads
+    sess = ort.InferenceSession(str(path), sess_options=opts, providers=["CPUExecutionProvider"])
+    return lambda ids, mask: sess.run([OUTPUT_NAME], {"input_ids": ids, "attention_mask": mask})[0]
+
+
+def export_artifact(
+    student_dir: str | Path,
+    out_dir: str | Path,
+    *,
+    variants: Sequence[str] | str = ("fp32", "int8"),
+    calib_pairs: str | Path | None = None,
+    max_calib: int = 64,
+    opset: int | None = None,
+    atol: float = 1e-3,
+    default: str | None = None,
+    threads: int | None = None,
+    log=print,
+) -> Path:
+    """Export, quantize and validate; returns the finished artifact directory."""
+    torch = require("torch", "export")
+    require("onnxscript", "export")
+    from distill.student import LabelScorer, load_student
+
+    t_start = time.perf_counter()
+    student_dir, out = Path(student_dir), Path(out_dir)
+    names = parse_variants(variants)
+    default = default or "fp32"
+    if default not in names:
+        raise R3EdgeError(f"default variant {default!r} is not among the exported {names}", "add it to --variants")
+    if not (student_dir / SCORER_FILE).is_file():
+        raise R3EdgeError(
+            f"student directory {student_dir} has no {SCORER_FILE}",
+            "export a directory written by `r3edge train` (it holds weights + scorer.json + tokenizer.json)",
+        )
+    tmp = out.with_name(out.name + ".partial")
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir(parents=True)
+    timings: dict[str, float] = {}
+
+    def stage(name: str, t0: float) -> None:
+        timings[name] = round(time.perf_counter() - t0, 2)
+        log(f"[export] {name}: {timings[name]} s (elapsed {time.perf_counter() - t_start:.1f} s)")
+
+    t0 = time.perf_counter()
+    lm, scorer = load_student(student_dir)
+    if hasattr(lm, "set_attn_implementation"):
+        lm.set_attn_implementation("sdpa")  # exports cleanly with dynamo and matches eager
+    model = LabelScorer(lm, scorer.spec.label_token_ids).eval()
+    vocab = lm.get_output_embeddings().weight.shape[0]
+    scorer.save(tmp)
+    stage("load_student", t0)
+
+    queries, docs, source = load_pairs(calib_pairs, max_calib)
+    ids, mask = scorer.collate(scorer.encode_batch(queries[:2], docs[:2]))
+    t0 = time.perf_counter()
+    batch, seq = torch.export.Dim("batch"), torch.export.Dim("sequence")
+    kwargs = {"opset_version": opset} if opset else {}
+    with torch.no_grad():
+        program = torch.onnx.export(
+            model, (torch.from_numpy(ids), torch.from_numpy(mask)),
+            input_names=list(INPUT_NAMES), output_names=[OUTPUT_NAME],
+            dynamic_shapes={"input_ids": {0: batch, 1: seq}, "attention_mask": {0: batch, 1: seq}},
+            dynamo=True, optimize=True, verbose=False, **kwargs,
+        )
+    fp32_path = tmp / variant_file("fp32")
+    program.save(str(fp32_path))
+    del program
+    stage("onnx_export", t0)
+    graph_check = check_no_vocab_projection(fp32_path, vocab, scorer.spec.n_labels)
+
+    t0 = time.perf_counter()
+    with torch.no_grad():
+        ref = score_pairs(scorer, lambda i, m: model(torch.from_numpy(i), torch.from_numpy(m)).numpy(),
+                          queries, docs, max_batch_size=8)
+    stage("torch_reference", t0)
+
+    tol = Tolerances(atol=atol)
+    report: dict = {"variants": {}, "rejected": {}, "graph_check": graph_check, "validation_pairs": len(queries), "pairs_source": source,
+                    "note": "validation pairs are the calibration pairs"}
+    quant: dict = {}
+    for name in names:
+        path = tmp / variant_file(name)
+        if name != "fp32":
+            t0 = time.perf_counter()
+            feeds = _calib_feeds(scorer, queries, docs) if PRESETS[name].kind == "static_qdq" else None
+            quant[name] = quantize(PRESETS[name], fp32_path, path, feeds, log=log)
+            stage(f"quantize_{name}", t0)
+        t0 = time.perf_counter()
+        preset = PRESETS.get(name)
+        try:
+            rep = check_variant(
+                name, scorer, _ort_runner(path, threads), ref, queries, docs,
+                exact=name == "fp32", batch_invariant=preset.batch_invariant if preset else True, tol=tol,
+            )
+        except ParityError as exc:
+            if name == "fp32":
+                raise  # the reference graph is wrong: no artifact at all
+            # A broken optional variant must not be served, but it should not cost the user the
+            # validated fp32 artifact either: drop it, say why, keep going.
+            for p in tmp.glob(path.name + "*"):
+                p.unlink()
+            report["rejected"][name] = {"kind": exc.kind, "what": exc.what, "scheme": preset.description}
+            log(f"[export] WARNING: variant {name} rejected and left out of the artifact: {exc.what}")
+            continue
+        rep["file"] = path.name
+        rep["bytes"] = sum(p.stat().st_size for p in tmp.glob(path.name + "*"))
+        rep["scheme"] = preset.description if preset else "fp32 dynamo export"
+        report["variants"][name] = rep
+        stage(f"parity_{name}", t0)
+        log(f"[export] {name}: max|Δlogit| {rep['max_abs_logit_diff']:.2e}, max|Δscore| {rep['max_abs_score_diff']:.2e}, "
+            f"argmax {rep['argmax_agreement']:.3f}, batch-invariance {rep['batch_invariance_max_abs_score_diff']:.2e}"
+            + (" [degraded]" if rep["degraded"] and name != "fp32" else ""))
+
+    names = [n for n in names if n in report["variants"]]
+    if default not in names:
+        log(f"[export] WARNING: default variant {default} was rejected; default is fp32")
+        default = "fp32"
+    manifest = {
+        "format": "r3edge-artifact/1",
+        "variants": {n: variant_file(n) for n in names},
+        "default": default,
+        "n_labels": scorer.spec.n_labels,
+        "label_tokens": list(scorer.spec.label_tokens),
+        "scorer_fingerprint": scorer.spec.fingerprint(),
+        "inputs": list(INPUT_NAMES),
+        "output": OUTPUT_NAME,
+        "quantization": {n: quant[n]["preset"] for n in quant if n in names},
+        "student_dir": str(student_dir.resolve()),
+        "r3edge_version": __version__,
+        "torch_version": torch.__version__,
+        "onnxruntime_version": require("onnxruntime", "export").__version__,
+    }
+    timings["total"] = round(time.perf_counter() - t_start, 2)
+    report.update({"timings_s": timings, "quantization": quant, "manifest": manifest})
+    (tmp / MANIFEST_FILE).write_text(json.dumps(manifest, indent=2) + "\n")
+    (tmp / REPORT_FILE).write_text(json.dumps(report, indent=2, default=float) + "\n")
+    if out.exists():
+        shutil.rmtree(out)
+    tmp.replace(out)
+    log(f"[export] artifact {out} ({', '.join(names)}; default {default}) in {timings['total']} s")
+    return out

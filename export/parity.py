@@ -1,0 +1,176 @@
+"""Validate an exported scoring graph against the PyTorch label scorer, on real formatted pairs.
+
+Like optimum's exporters, every export is checked before it is accepted, with a typed error
+saying what failed (shape, tolerance, output names). Beyond optimum, we check what a reranker
+needs: the ranking the scores induce (Spearman/Kendall, argmax agreement) and batch invariance
+(a pair's score alone vs. inside a length-mixed batch), because the server batches unrelated
+requests and a score that moves with its batchmates is a bug, not noise.
+
+Thresholds (why they differ):
+* fp32 must match torch to ``atol`` on logits and be batch invariant to ``fp32_batch_tol`` on
+  the score; a miss is a :class:`ParityError` and the artifact is not finalised.
+* quantized/fp16 variants are recorded, not judged by ranking metrics: on untrained random
+  weights the label logits are nearly tied, so argmax agreement says little. They fail only on
+  gross breakage (wrong shape, NaN/inf, or a batch-invariance miss for a scheme that claims it).
+  ``degraded`` is set in the report when argmax agreement < ``min_argmax_agreement``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Callable, Sequence
+
+import numpy as np
+
+from r3edge.errors import R3EdgeError
+from r3edge.scoring import Scorer, score_pairs
+
+RunBatch = Callable[[np.ndarray, np.ndarray], np.ndarray]
+
+# Varied lengths, emoji, hashtags and a long document that gets truncated: the padding and
+# truncation paths must all be exercised even without a calibration file.
+BUILTIN_PAIRS: list[tuple[str, str]] = [
+    ("best bank in doha for expats?", "Commercial Bank is great for expats, no minimum balance 👍 #banking"),
+    ("best bank in doha for expats?", "lol my cat just knocked over my coffee ☕😹 #mondays"),
+    ("best bank in doha for expats?", "I opened an account at QNB last year, the app is ok but fees are high."),
+    ("how to renew residence permit qatar", "Renew your RP online via Metrash2: upload passport, pay 500 QR, done in 2 days ✅"),
+    ("how to renew residence permit qatar", "My company PRO handled my RP, no idea how it works tbh"),
+    ("how to renew residence permit qatar", "Beach day at Sealine 🌊☀️ #weekend #qatar " * 12),
+    ("cheap flights to manila", "ok"),
+    ("cheap flights to manila", "Cebu Pacific has promo fares from Doha to Manila every month, book 6 weeks ahead for ~900 QR."),
+    ("where to buy a used car", "Check QatarLiving classifieds or Qatar Sale; always get the car inspected at Fahes first. " * 3),
+    ("where to buy a used car", "anyone watching the match tonight?? ⚽🔥"),
+    ("is tap water safe to drink", "Yes, it is desalinated and treated; most people still buy bottled for taste."),
+    ("is tap water safe to drink", "My landlord refuses to fix the AC, what can I do? " * 4),
+    ("good dentist", "Dr. Smith at the Al Sadd clinic was gentle and affordable, highly recommend."),
+    ("good dentist", "x"),
+    ("weekend activities for kids in doha", "Kidzania at Doha Festival City, Aspire Park playground, the MIA park on Fridays 🧒🎈"),
+    ("weekend activities for kids in doha", "Selling my sofa, 300 QR, pickup only #sale"),
+]
+
+
+class ParityError(R3EdgeError):
+    """An exported variant disagrees with PyTorch: ``kind`` is shape, atol, output or batch."""
+
+    def __init__(self, variant: str, kind: str, what: str, fix: str):
+        self.variant = variant
+        self.kind = kind
+        super().__init__(f"export parity failed for variant {variant!r} ({kind}): {what}", fix)
+
+
+@dataclass(frozen=True)
+class Tolerances:
+    atol: float = 1e-3  # fp32 logits vs torch
+    fp32_batch_tol: float = 1e-3  # fp32 |Δ score| alone vs in a batch
+    quant_batch_tol: float = 1e-3  # for schemes that claim batch invariance
+    min_argmax_agreement: float = 0.9  # below this a quantized variant is flagged ``degraded``
+
+
+def load_pairs(calib_pairs: str | Path | None, limit: int) -> tuple[list[str], list[str], str]:
+    """``(queries, documents, source)`` from a pairs file, or the built-in set."""
+    if calib_pairs is None:
+        pairs = BUILTIN_PAIRS[:limit]
+        source = "builtin"
+    else:
+        from r3edge.pairs import read_queries
+
+        pairs = [(q.query, c.text) for q in read_queries(calib_pairs) for c in q.candidates][:limit]
+        source = str(calib_pairs)
+        if not pairs:
+            raise R3EdgeError(f"{calib_pairs} holds no pairs", "pass a pairs file with candidates")
+    return [p[0] for p in pairs], [p[1] for p in pairs], source
+
+
+def _rank(x: np.ndarray) -> np.ndarray:
+    """Average ranks (ties share their mean rank), as scipy.stats.rankdata does."""
+    order = np.argsort(x, kind="mergesort")
+    ranks = np.empty(len(x), dtype=np.float64)
+    ranks[order] = np.arange(len(x), dtype=np.float64)
+    for v in np.unique(x):
+        idx = x == v
+        if idx.sum() > 1:
+            ranks[idx] = ranks[idx].mean()
+    return ranks
+
+
+def spearman(a: np.ndarray, b: np.ndarray) -> float:
+    ra, rb = _rank(np.asarray(a)), _rank(np.asarray(b))
+    if ra.std() == 0 or rb.std() == 0:
+        return float("nan")
+    return float(np.corrcoef(ra, rb)[0, 1])
+
+
+def kendall_tau_b(a: np.ndarray, b: np.ndarray) -> float:
+    a, b = np.asarray(a), np.asarray(b)
+    da = np.sign(a[:, None] - a[None, :])
+    db = np.sign(b[:, None] - b[None, :])
+    iu = np.triu_indices(len(a), 1)
+    da, db = da[iu], db[iu]
+    denom = np.sqrt((da != 0).sum() * (db != 0).sum())
+    return float((da * db).sum() / denom) if denom else float("nan")
+
+
+def compare(scorer: Scorer, ref: np.ndarray, got: np.ndarray) -> dict:
+    """Agreement of two ``[n, n_labels]`` logit arrays, in logit, score and ranking terms."""
+    _, s_ref = scorer.relevance(ref)
+    _, s_got = scorer.relevance(got)
+    return {
+        "n_pairs": int(len(ref)),
+        "max_abs_logit_diff": float(np.abs(ref - got).max()),
+        "max_abs_score_diff": float(np.abs(s_ref - s_got).max()),
+        "argmax_agreement": float((ref.argmax(-1) == got.argmax(-1)).mean()),
+        "spearman": spearman(s_ref, s_got),
+        "kendall_tau": kendall_tau_b(s_ref, s_got),
+    }
+
+
+def batch_invariance(scorer: Scorer, run: RunBatch, queries: Sequence[str], docs: Sequence[str]) -> float:
+    """Max |Δ score| between each pair scored alone and all pairs in one length-mixed batch."""
+    alone = score_pairs(scorer, run, queries, docs, max_batch_size=1)
+    together = score_pairs(scorer, run, queries, docs, max_batch_size=len(queries), max_batch_tokens=1 << 30)
+    return float(np.abs(scorer.relevance(alone)[1] - scorer.relevance(together)[1]).max())
+
+
+def check_variant(
+    variant: str,
+    scorer: Scorer,
+    run: RunBatch,
+    ref_logits: np.ndarray,
+    queries: Sequence[str],
+    docs: Sequence[str],
+    *,
+    exact: bool,
+    batch_invariant: bool,
+    tol: Tolerances = Tolerances(),
+) -> dict:
+    """Score the pairs with ``run``, compare with the torch reference, raise on a hard failure.
+
+    ``exact`` (fp32): logits must match to ``tol.atol``. ``batch_invariant``: the scheme claims
+    a pair's score does not depend on its batchmates, so that is enforced too.
+    """
+    got = score_pairs(scorer, run, queries, docs, max_batch_size=8)
+    if got.shape != ref_logits.shape:
+        raise ParityError(variant, "shape", f"label_logits {got.shape} vs torch {ref_logits.shape}",
+                          "the graph's output is not [batch, n_labels]; re-export")
+    if not np.isfinite(got).all():
+        raise ParityError(variant, "output", "non-finite label_logits", "the variant is broken (overflow?); drop it")
+    report = compare(scorer, ref_logits, got)
+    report["batch_invariance_max_abs_score_diff"] = batch_invariance(scorer, run, queries, docs)
+    report["tolerances"] = asdict(tol)
+    if exact and report["max_abs_logit_diff"] > tol.atol:
+        raise ParityError(
+            variant, "atol",
+            f"max |Δlogit| {report['max_abs_logit_diff']:.3g} > atol {tol.atol:g} over {len(got)} pairs",
+            "raise --atol only if the model is large and the difference is float noise; otherwise report a bug",
+        )
+    limit = tol.fp32_batch_tol if exact else tol.quant_batch_tol
+    if batch_invariant and report["batch_invariance_max_abs_score_diff"] > limit:
+        raise ParityError(
+            variant, "batch",
+            f"a pair's score moves by {report['batch_invariance_max_abs_score_diff']:.3g} between scoring it alone "
+            f"and in a batch (limit {limit:g})",
+            "padding/position handling is wrong in the graph; do not serve it",
+        )
+    report["degraded"] = bool(report["argmax_agreement"] < tol.min_argmax_agreement)
+    return report

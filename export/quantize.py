@@ -1,0 +1,158 @@
+"""Quantization presets for the scoring graph (dataclasses, as optimum does).
+
+``int8`` is static QDQ, not dynamic: dynamic INT8 picks one activation scale per batch, so a
+pair's score moves with its batchmates (measured up to 0.9 logits here) — unacceptable for a
+reranker fed by a batching server. Static scales come from calibration pairs formatted by the
+Scorer, so they match what the server sends. Only MatMuls against constant weights are
+quantized (attention's activation×activation MatMuls and everything else stay fp32: quantizing
+all ops broke accuracy), activations are uint8 (s8·s8 is the slow path on x86), weights are
+per-channel int8. ``int8-dynamic`` is kept for comparison only and says it is batch dependent.
+
+Measured on SmolLM2-135M (untrained scorer, 16 built-in pairs, 2 loaded cores): static MinMax
+``int8`` was 0.69x fp32's time but 7.6 logits off fp32 and moved 0.18 in score with padding
+(massive activation outliers make MinMax ranges coarse), so export rejects it there;
+``int8-weight`` was 0.5 logits / 0.02 score off, batch invariant (3e-6), but 1.6x slower than
+fp32 on CPU. On the tiny test Qwen2, static ``int8`` is exactly batch invariant. A parity
+failure of a quantized variant drops that variant from the artifact (see export.onnx).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Iterable
+
+import numpy as np
+
+from r3edge.errors import R3EdgeError
+
+
+@dataclass(frozen=True)
+class QuantPreset:
+    name: str
+    kind: str  # "static_qdq" | "dynamic" | "weight_only" | "fp16"
+    batch_invariant: bool
+    per_channel: bool = True
+    activation_type: str = "QUInt8"
+    weight_type: str = "QInt8"
+    calibrate_method: str = "MinMax"
+    weights_only_matmuls: bool = True
+    description: str = ""
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+PRESETS: dict[str, QuantPreset] = {
+    "int8": QuantPreset(
+        "int8", "static_qdq", batch_invariant=True,
+        description="static QDQ: uint8 activations (calibrated MinMax), per-channel int8 weights, weight MatMuls only",
+    ),
+    "int8-dynamic": QuantPreset(
+        "int8-dynamic", "dynamic", batch_invariant=False, per_channel=False, calibrate_method="",
+        description="dynamic uint8/int8 MatMuls; a pair's score depends on its batchmates (comparison only)",
+    ),
+    "int8-weight": QuantPreset(
+        "int8-weight", "weight_only", batch_invariant=True, per_channel=False, activation_type="",
+        calibrate_method="", description="weight-only 8-bit MatMulNBits (block 32, fp32 compute): "
+        "accurate and batch invariant, smaller, but slower than fp32 on CPU",
+    ),
+    "fp16": QuantPreset(
+        "fp16", "fp16", batch_invariant=True, activation_type="", weight_type="", calibrate_method="",
+        weights_only_matmuls=False,
+        description="fp16 weights and compute with fp32 inputs/outputs (for GPUs; no gain on CPU)",
+    ),
+}
+VARIANTS = ("fp32", *PRESETS)
+
+
+def weight_matmuls(model_path: Path) -> list[str]:
+    """Names of MatMul nodes whose second input is a constant (a weight), not an activation."""
+    import onnx
+
+    model = onnx.load(str(model_path), load_external_data=False)
+    consts = {i.name for i in model.graph.initializer}
+    consts |= {o for n in model.graph.node if n.op_type == "Constant" for o in n.output}
+    return [n.name for n in model.graph.node if n.op_type == "MatMul" and n.input[1] in consts]
+
+
+class _FeedReader:
+    """onnxruntime CalibrationDataReader over pre-built feeds."""
+
+    def __init__(self, feeds: list[dict[str, np.ndarray]]):
+        self._it = iter(feeds)
+
+    def get_next(self):
+        return next(self._it, None)
+
+    def rewind(self):  # pragma: no cover - only used by some calibrators
+        pass
+
+
+def _external(path: Path) -> bool:
+    return path.stat().st_size > 1_800_000_000 or any(path.parent.glob(path.name + ".data"))
+
+
+def quantize(
+    preset: QuantPreset,
+    fp32_path: Path,
+    out_path: Path,
+    calib_feeds: Iterable[dict[str, np.ndarray]] | None,
+    log=print,
+) -> dict:
+    """Write ``out_path`` from the fp32 graph; returns what was done, for the export report."""
+    t0 = time.perf_counter()
+    info: dict = {"preset": preset.to_json()}
+    if preset.kind == "fp16":
+        import onnx
+        from onnxruntime.transformers.float16 import convert_float_to_float16
+
+        model = onnx.load(str(fp32_path))
+        model = convert_float_to_float16(model, keep_io_types=True, disable_shape_infer=True)
+        onnx.save(model, str(out_path), save_as_external_data=_external(fp32_path))
+    elif preset.kind == "weight_only":
+        import onnx
+        from onnxruntime.quantization.matmul_nbits_quantizer import DefaultWeightOnlyQuantConfig, MatMulNBitsQuantizer
+
+        # accuracy_level 0 keeps fp32 activations: level 4 (int8 compute) made scores move with
+        # padding on SmolLM2-135M (0.028), level 0 stays at fp32's 3e-6.
+        cfg = DefaultWeightOnlyQuantConfig(block_size=32, is_symmetric=True, accuracy_level=0, bits=8)
+        q = MatMulNBitsQuantizer(onnx.load(str(fp32_path)), algo_config=cfg)
+        q.process()
+        q.model.save_model_to_file(str(out_path), _external(fp32_path))
+    elif preset.kind == "dynamic":
+        from onnxruntime.quantization import QuantType, quantize_dynamic
+
+        nodes = weight_matmuls(fp32_path)
+        quantize_dynamic(str(fp32_path), str(out_path), op_types_to_quantize=["MatMul"], nodes_to_quantize=nodes,
+                         weight_type=QuantType.QInt8, per_channel=preset.per_channel,
+                         use_external_data_format=_external(fp32_path))
+        info["quantized_matmuls"] = len(nodes)
+    elif preset.kind == "static_qdq":
+        from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
+
+        feeds = list(calib_feeds or [])
+        if not feeds:
+            raise R3EdgeError(f"variant {preset.name} needs calibration pairs", "pass --calib PAIRS.jsonl (or use the built-in set)")
+        nodes = weight_matmuls(fp32_path)
+        quantize_static(
+            str(fp32_path), str(out_path), _FeedReader(feeds),
+            quant_format=QuantFormat.QDQ,
+            op_types_to_quantize=["MatMul"],
+            nodes_to_quantize=nodes if preset.weights_only_matmuls else None,
+            per_channel=preset.per_channel,
+            activation_type=getattr(QuantType, preset.activation_type),
+            weight_type=getattr(QuantType, preset.weight_type),
+            calibrate_method=getattr(CalibrationMethod, preset.calibrate_method),
+            use_external_data_format=_external(fp32_path),
+            extra_options={"ActivationSymmetric": False, "WeightSymmetric": True},
+        )
+        info["quantized_matmuls"] = len(nodes)
+        info["calibration_batches"] = len(feeds)
+        info["calibration_pairs"] = int(sum(f["input_ids"].shape[0] for f in feeds))
+    else:
+        raise R3EdgeError(f"unknown quantization kind {preset.kind!r}", f"use one of {', '.join(PRESETS)}")
+    info["seconds"] = round(time.perf_counter() - t0, 2)
+    log(f"[export] {preset.name}: {preset.description} ({info['seconds']} s)")
+    return info

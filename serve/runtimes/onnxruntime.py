@@ -1,0 +1,159 @@
+"""ONNX Runtime backend: the production runtime the server loads (torch-free).
+
+The session is checked against the scoring-graph contract when it opens, not on the first
+request, so a wrong or mixed-up artifact fails at ``r3edge serve`` start-up with a fix instead
+of returning garbage scores. Only the CPU provider is tested here; the CUDA and TensorRT provider
+options are written from ONNX Runtime's documented names and are untested on this machine.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from r3edge.errors import R3EdgeError, require
+from r3edge.scoring import Scorer
+from serve.runtimes.base import INPUT_NAMES, MANIFEST_FILE, OUTPUT_NAME, Runtime, check_inputs, read_manifest
+
+DEVICES = ("auto", "cpu", "cuda", "tensorrt")
+
+
+def _providers(device: str, variant: str, artifact_dir: Path) -> list:
+    """Provider list for ``device``; ``auto`` takes CUDA when this onnxruntime build has it."""
+    ort = require("onnxruntime", "serve")
+    available = set(ort.get_available_providers())
+    if device not in DEVICES:
+        raise R3EdgeError(f"unknown device {device!r}", f"use one of {', '.join(DEVICES)}")
+    if device == "auto":
+        device = "cuda" if "CUDAExecutionProvider" in available else "cpu"
+    cpu = "CPUExecutionProvider"
+    if device == "cpu":
+        return [cpu]
+    cuda = ("CUDAExecutionProvider", {"cudnn_conv_algo_search": "HEURISTIC", "do_copy_in_default_stream": True})
+    if "CUDAExecutionProvider" not in available:
+        raise R3EdgeError(
+            f"device={device} needs onnxruntime's CUDAExecutionProvider; this build has {sorted(available)}",
+            "pip install onnxruntime-gpu on a CUDA machine, or use device=cpu",
+        )
+    if device == "cuda":
+        return [cuda, cpu]
+    if "TensorrtExecutionProvider" not in available:
+        raise R3EdgeError(
+            "device=tensorrt needs onnxruntime's TensorrtExecutionProvider",
+            "install onnxruntime-gpu with TensorRT libraries on the path, or use device=cuda",
+        )
+    trt = (
+        "TensorrtExecutionProvider",
+        {
+            "trt_fp16_enable": variant == "fp16",
+            "trt_int8_enable": variant.startswith("int8"),  # QDQ graphs carry their own scales
+            "trt_engine_cache_enable": True,
+            "trt_engine_cache_path": str(artifact_dir / "trt_cache"),
+        },
+    )
+    return [trt, cuda, cpu]
+
+
+class OnnxRuntime(Runtime):
+    """One variant of an export artifact in an ``onnxruntime.InferenceSession``."""
+
+    def __init__(
+        self,
+        artifact_dir: str | Path,
+        variant: str | None = None,
+        threads: int | None = None,
+        device: str = "auto",
+    ):
+        ort = require("onnxruntime", "serve")
+        self.artifact_dir = Path(artifact_dir)
+        self.manifest = read_manifest(self.artifact_dir)
+        # Scorer.load fails with a fix when scorer.json is missing or its label ids do not belong
+        # to tokenizer.json (files mixed from two models).
+        self.scorer = Scorer.load(self.artifact_dir)
+        fp = self.manifest.get("scorer_fingerprint")
+        if fp and fp != self.scorer.spec.fingerprint():
+            raise R3EdgeError(
+                f"{self.artifact_dir}/scorer.json differs from the spec the graph was exported with "
+                f"(fingerprint {self.scorer.spec.fingerprint()} != {fp} in {MANIFEST_FILE})",
+                "do not edit scorer.json inside an artifact; re-export from the student directory",
+            )
+        variants: dict[str, str] = self.manifest["variants"]
+        self.variant = variant or self.manifest["default"]
+        if self.variant not in variants:
+            raise R3EdgeError(
+                f"artifact {self.artifact_dir} has no variant {self.variant!r} (it has {', '.join(variants)})",
+                f"pick one of {', '.join(variants)}, or re-export with --variants {self.variant}",
+            )
+        self.model_path = self.artifact_dir / variants[self.variant]
+        if not self.model_path.is_file():
+            raise R3EdgeError(f"{self.model_path} listed in {MANIFEST_FILE} is missing", "re-run `r3edge export`")
+
+        opts = ort.SessionOptions()
+        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        opts.inter_op_num_threads = 1
+        if threads:
+            opts.intra_op_num_threads = int(threads)
+        self.threads = threads
+        providers = _providers(device, self.variant, self.artifact_dir)
+        try:
+            self.session = ort.InferenceSession(str(self.model_path), sess_options=opts, providers=providers)
+        except Exception as exc:  # onnxruntime raises its own exception types
+            raise R3EdgeError(f"onnxruntime could not load {self.model_path}: {exc}", "re-run `r3edge export`") from exc
+        self.providers = self.session.get_providers()
+        self._check_contract()
+        dev = "cpu" if self.providers[0] == "CPUExecutionProvider" else self.providers[0].replace("ExecutionProvider", "").lower()
+        self.name = f"onnxruntime-{dev}:{self.variant}"
+
+    def _check_contract(self) -> None:
+        n = self.scorer.spec.n_labels
+        inputs = {i.name: i for i in self.session.get_inputs()}
+        outputs = self.session.get_outputs()
+        where = f"{self.model_path}"
+        if set(inputs) != set(INPUT_NAMES):
+            raise R3EdgeError(
+                f"{where} has inputs {sorted(inputs)}, expected {list(INPUT_NAMES)}",
+                "export with `r3edge export`, which emits the r3edge scoring graph",
+            )
+        for name in INPUT_NAMES:
+            if inputs[name].type != "tensor(int64)":
+                raise R3EdgeError(f"{where}: input {name} is {inputs[name].type}, expected tensor(int64)", "re-run `r3edge export`")
+        if len(outputs) != 1 or outputs[0].name != OUTPUT_NAME:
+            raise R3EdgeError(
+                f"{where} has outputs {[o.name for o in outputs]}, expected ['{OUTPUT_NAME}']",
+                "this looks like a full LM export; export the label scorer with `r3edge export`",
+            )
+        out = outputs[0]
+        if out.type != "tensor(float)" or len(out.shape) != 2 or (isinstance(out.shape[1], int) and out.shape[1] != n):
+            raise R3EdgeError(
+                f"{where}: {OUTPUT_NAME} is {out.type} {out.shape}, expected tensor(float) [batch, {n}]",
+                "the graph and scorer.json disagree on the label set; re-export from one student directory",
+            )
+
+    def label_logits(self, input_ids: np.ndarray, attention_mask: np.ndarray) -> np.ndarray:
+        ids, mask = check_inputs(input_ids, attention_mask)
+        (out,) = self.session.run([OUTPUT_NAME], {"input_ids": ids, "attention_mask": mask})
+        return np.asarray(out, dtype=np.float32)
+
+    def info(self) -> dict[str, Any]:
+        return {
+            "backend": "onnxruntime",
+            "name": self.name,
+            "variant": self.variant,
+            "variants": list(self.manifest["variants"]),
+            "providers": list(self.providers),
+            "threads": self.threads or os.cpu_count(),
+            "files": {"model": self.model_path.name, "scorer": "scorer.json", "tokenizer": "tokenizer.json"},
+            "artifact_dir": str(self.artifact_dir),
+            "scorer_fingerprint": self.scorer.spec.fingerprint(),
+            "n_labels": self.scorer.spec.n_labels,
+            "label_tokens": list(self.scorer.spec.label_tokens),
+            "quantization": self.manifest.get("quantization", {}).get(self.variant),
+            "r3edge_version": self.manifest.get("r3edge_version"),
+        }
+
+    def close(self) -> None:
+        self.session = None

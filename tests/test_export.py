@@ -1,0 +1,214 @@
+"""Export stage and the torch-free ONNX Runtime runtime, on the tiny real student."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from r3edge.errors import R3EdgeError
+
+from conftest import ROOT, SAMPLE_QUERIES
+
+
+def _pairs():
+    qs = [q["query"] for q in SAMPLE_QUERIES for _ in q["candidates"]]
+    ds = [c["text"] for q in SAMPLE_QUERIES for c in q["candidates"]]
+    return qs, ds
+
+
+@pytest.fixture(scope="session")
+def artifact(tiny_student, sample_pairs_file, tmp_path_factory):
+    """One export through the CLI, shared by every test (the slow part)."""
+    from r3edge.cli import main
+
+    out = tmp_path_factory.mktemp("artifact") / "art"
+    rc = main(["export", str(tiny_student), "--out", str(out), "--variants", "fp32,int8,int8-weight,fp16",
+               "--calib", str(sample_pairs_file)])
+    assert rc == 0
+    return out
+
+
+@pytest.fixture(scope="session")
+def torch_scorer(tiny_student):
+    import torch
+
+    from distill.student import LabelScorer, load_student
+
+    lm, scorer = load_student(tiny_student)
+    model = LabelScorer(lm, scorer.spec.label_token_ids).eval()
+
+    def run(ids, mask):
+        with torch.no_grad():
+            return model(torch.from_numpy(ids), torch.from_numpy(mask)).numpy()
+
+    return scorer, run
+
+
+def test_artifact_layout_manifest_and_report(artifact):
+    names = {p.name for p in artifact.iterdir()}
+    assert {"model.fp32.onnx", "model.int8.onnx", "model.fp16.onnx", "scorer.json", "tokenizer.json",
+            "manifest.json", "export_report.json"} <= names
+    assert not artifact.with_name(artifact.name + ".partial").exists()
+    manifest = json.loads((artifact / "manifest.json").read_text())
+    assert manifest["variants"] == {"fp32": "model.fp32.onnx", "int8": "model.int8.onnx",
+                                    "int8-weight": "model.int8-weight.onnx", "fp16": "model.fp16.onnx"}
+    assert manifest["default"] == "fp32" and manifest["n_labels"] == 3
+    report = json.loads((artifact / "export_report.json").read_text())
+    fp32 = report["variants"]["fp32"]
+    assert fp32["max_abs_logit_diff"] <= 1e-4 and fp32["argmax_agreement"] == 1.0
+    assert report["variants"]["int8"]["batch_invariance_max_abs_score_diff"] <= 1e-4
+    assert report["graph_check"]["full_vocab_tensors"] == 0 and report["rejected"] == {}
+    assert report["pairs_source"].endswith("pairs.jsonl")
+
+
+def test_ort_fp32_matches_torch(artifact, torch_scorer):
+    from r3edge.scoring import score_pairs
+    from serve.runtimes import load_runtime
+
+    scorer, torch_run = torch_scorer
+    rt = load_runtime(artifact, "fp32", threads=1)
+    qs, ds = _pairs()
+    ref = score_pairs(scorer, torch_run, qs, ds)
+    got = score_pairs(rt.scorer, rt, qs, ds)
+    np.testing.assert_allclose(got, ref, atol=1e-4, rtol=0)
+    assert rt.scorer.spec.fingerprint() == scorer.spec.fingerprint()
+
+
+@pytest.mark.parametrize("variant", ["fp32", "int8", "int8-weight", "fp16"])
+def test_output_contract_dynamic_batch_and_length(artifact, variant):
+    from serve.runtimes import load_runtime
+
+    rt = load_runtime(artifact, variant, threads=1)
+    inputs = {i.name: (i.type, len(i.shape)) for i in rt.session.get_inputs()}
+    assert inputs == {"input_ids": ("tensor(int64)", 2), "attention_mask": ("tensor(int64)", 2)}
+    (out,) = rt.session.get_outputs()
+    assert (out.name, out.type, out.shape[1]) == ("label_logits", "tensor(float)", 3)
+    qs, ds = _pairs()
+    for n, k in ((1, 0), (5, 2)):
+        ids, mask = rt.scorer.collate(rt.scorer.encode_batch(qs[k:k + n], ds[k:k + n]))
+        logits = rt.label_logits(ids, mask)
+        assert logits.shape == (n, 3) and logits.dtype == np.float32 and np.isfinite(logits).all()
+    info = rt.info()
+    assert info["variant"] == variant and info["providers"][-1] == "CPUExecutionProvider"
+    assert rt.name == f"onnxruntime-cpu:{variant}"
+
+
+@pytest.mark.parametrize("variant,tol", [("fp32", 1e-5), ("int8", 1e-6), ("int8-weight", 1e-5)])
+def test_batch_invariance(artifact, variant, tol):
+    from export.parity import batch_invariance
+    from serve.runtimes import load_runtime
+
+    rt = load_runtime(artifact, variant, threads=1)
+    qs, ds = _pairs()
+    lengths = {len(e.input_ids) for e in rt.scorer.encode_batch(qs, ds)}
+    assert len(lengths) > 3  # the batch really mixes lengths, so padding is exercised
+    assert batch_invariance(rt.scorer, rt, qs, ds) <= tol
+
+
+def test_quantized_variant_fails_exact_parity_with_typed_error(artifact, torch_scorer):
+    from export.parity import ParityError, check_variant
+    from r3edge.scoring import score_pairs
+    from serve.runtimes import load_runtime
+
+    scorer, torch_run = torch_scorer
+    qs, ds = _pairs()
+    ref = score_pairs(scorer, torch_run, qs, ds)
+    int8 = load_runtime(artifact, "int8", threads=1)
+    with pytest.raises(ParityError) as exc:
+        check_variant("int8", scorer, int8, ref, qs, ds, exact=True, batch_invariant=True)
+    assert exc.value.kind == "atol" and exc.value.variant == "int8"
+    with pytest.raises(ParityError) as exc:
+        check_variant("fp32", scorer, int8, ref[:2], qs, ds, exact=True, batch_invariant=True)
+    assert exc.value.kind == "shape"
+
+
+def test_label_token_mismatch_is_a_clear_error(artifact, tmp_path):
+    from serve.runtimes import load_runtime
+
+    bad = tmp_path / "bad"
+    shutil.copytree(artifact, bad)
+    spec = json.loads((bad / "scorer.json").read_text())
+    spec["label_token_ids"] = list(reversed(spec["label_token_ids"]))
+    (bad / "scorer.json").write_text(json.dumps(spec))
+    with pytest.raises(R3EdgeError, match="label token") as exc:
+        load_runtime(bad)
+    assert "re-export" in exc.value.fix
+
+
+def test_edited_scorer_json_is_rejected(artifact, tmp_path):
+    from serve.runtimes import load_runtime
+
+    bad = tmp_path / "edited"
+    shutil.copytree(artifact, bad)
+    spec = json.loads((bad / "scorer.json").read_text())
+    spec["max_doc_tokens"] += 1
+    (bad / "scorer.json").write_text(json.dumps(spec))
+    with pytest.raises(R3EdgeError, match="fingerprint"):
+        load_runtime(bad)
+
+
+def test_unknown_variant_and_missing_manifest(artifact, tiny_student):
+    from export.onnx import parse_variants
+    from serve.runtimes import load_runtime
+
+    with pytest.raises(R3EdgeError, match="no variant 'int8-dynamic'") as exc:
+        load_runtime(artifact, "int8-dynamic")
+    assert "--variants int8-dynamic" in exc.value.fix
+    with pytest.raises(R3EdgeError, match="unknown export variant"):
+        parse_variants("fp32,int4")
+    with pytest.raises(R3EdgeError, match="no manifest.json"):
+        load_runtime(tiny_student)
+    with pytest.raises(R3EdgeError, match="unknown runtime backend"):
+        load_runtime(artifact, backend="tensorflow")
+
+
+def test_student_without_scorer_json(tiny_student, tmp_path, capsys):
+    from r3edge.cli import main
+
+    bare = tmp_path / "bare"
+    shutil.copytree(tiny_student, bare)
+    (bare / "scorer.json").unlink()
+    out = tmp_path / "art"
+    assert main(["export", str(bare), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "has no scorer.json" in err and "fix:" in err
+    assert not out.exists() and not out.with_name("art.partial").exists()
+
+
+def test_full_vocab_projection_is_refused(tmp_path):
+    """A graph that projects hidden states onto the whole vocabulary must fail contract 4."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    from export.onnx import check_no_vocab_projection
+
+    vocab, hidden = 50, 4
+    w = numpy_helper.from_array(np.zeros((hidden, vocab), np.float32), "lm_head")
+    rows = numpy_helper.from_array(np.zeros((vocab, 3), np.float32), "pick")
+    g = helper.make_graph(
+        [helper.make_node("Cast", ["input_ids"], ["h0"], to=TensorProto.FLOAT),
+         helper.make_node("MatMul", ["h0", "lm_head"], ["full"], name="full_vocab"),
+         helper.make_node("MatMul", ["full", "pick"], ["label_logits"]),
+         helper.make_node("Identity", ["attention_mask"], ["unused"])],
+        "g",
+        [helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["batch", hidden]),
+         helper.make_tensor_value_info("attention_mask", TensorProto.INT64, ["batch", hidden])],
+        [helper.make_tensor_value_info("label_logits", TensorProto.FLOAT, ["batch", 3])],
+        [w, rows],
+    )
+    path = tmp_path / "bad.onnx"
+    onnx.save(helper.make_model(g), str(path))
+    with pytest.raises(R3EdgeError, match="full vocabulary"):
+        check_no_vocab_projection(path, vocab, 3)
+    assert check_no_vocab_projection(path, vocab + 1, 3)["full_vocab_tensors"] == 0
+
+
+def test_runtime_imports_without_torch():
+    code = ("import sys; import serve.runtimes, serve.runtimes.base, serve.runtimes.onnxruntime; "
+            "assert 'torch' not in sys.modules, 'torch was imported'")
+    subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True)
