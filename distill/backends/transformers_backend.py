@@ -1,0 +1,218 @@
+"""In-process transformers backend: greedy batched generation and score-token read-out.
+
+Batches are sorted by prompt length and left-padded, because padding waste dominates CPU cost
+(sorting alone was worth 2.4x on SmolLM2) and left padding puts every row's next token at the last
+position. The score read-out runs one forward pass with ``logits_to_keep=1`` so the full-vocabulary
+projection happens only for the last position.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Callable, Sequence
+
+import numpy as np
+
+from distill.backends import Generation
+from r3edge.config import GenerationParams, ModelSpec
+from r3edge.errors import R3EdgeError, require
+
+_torch = require("torch", "train")
+_transformers = require("transformers", "train")
+
+
+class TransformersBackend:
+    def __init__(self, spec: ModelSpec, params: GenerationParams):
+        self.torch = _torch
+        from r3edge.models import build_random_causal_lm, load_causal_lm, load_tokenizer
+
+        self.params = params
+        self.tokenizer = load_tokenizer(spec.tokenizer_ref)
+        if self.tokenizer.pad_token_id is None:
+            self.tokenizer.pad_token = self.tokenizer.eos_token
+        self.tokenizer.padding_side = "left"
+        if not getattr(self.tokenizer, "chat_template", None):
+            raise R3EdgeError(f"tokenizer {spec.tokenizer_ref!r} has no chat template",
+                              "use an instruct model's tokenizer (R³A is a multi-turn chat protocol)")
+        if spec.pretrained is not None:
+            self.model = load_causal_lm(spec.pretrained, spec.dtype)
+        else:
+            self.model = build_random_causal_lm(spec.architecture or {}, spec.seed, spec.dtype)
+        self.model.eval()
+        gc = self.model.generation_config
+        gc.pad_token_id = self.tokenizer.pad_token_id
+        if gc.eos_token_id is None:
+            gc.eos_token_id = self.tokenizer.eos_token_id
+        sample = params.temperature > 0
+        gc.do_sample = sample
+        gc.temperature = params.temperature if sample else None
+        gc.top_p = gc.top_p if sample else None
+        gc.top_k = gc.top_k if sample else None
+        eos = gc.eos_token_id
+        self._stop_ids = set(eos if isinstance(eos, list) else [eos]) | {self.tokenizer.pad_token_id}
+
+    def render(self, messages: list[dict[str, str]]) -> str:
+        """The chat-template prompt text, ending where the assistant's reply starts."""
+        return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+
+    def score_token_ids(self, tokens: Sequence[str], after: str) -> list[int]:
+        """Ids of the score tokens, checked to be single tokens that survive following ``after``."""
+        tok = self.tokenizer
+        ids = []
+        prefix = tok.encode(after, add_special_tokens=False)
+        for t in tokens:
+            single = tok.encode(t, add_special_tokens=False)
+            joined = tok.encode(after + t, add_special_tokens=False)
+            if len(single) != 1 or joined != prefix + single:
+                raise R3EdgeError(
+                    f"score token {t!r} is not a single token after {after!r} in the teacher's tokenizer "
+                    f"({single} / {joined})",
+                    "use a teacher whose tokenizer splits digits into single tokens (Qwen2.5, SmolLM2, Llama 3)",
+                )
+            ids.append(single[0])
+        return ids
+
+    def _batches(self, texts: Sequence[str]) -> list[tuple[list[int], list[list[int]]]]:
+        enc = [self.tokenizer.encode(t, add_special_tokens=False) for t in texts]
+        order = sorted(range(len(texts)), key=lambda i: -len(enc[i]))
+        bs = max(1, self.params.batch_size)
+        return [(order[i:i + bs], [enc[j] for j in order[i:i + bs]]) for i in range(0, len(order), bs)]
+
+    def _pad(self, rows: list[list[int]]):
+        torch = self.torch
+        width = max(len(r) for r in rows)
+        pad = self.tokenizer.pad_token_id
+        ids = torch.tensor([[pad] * (width - len(r)) + r for r in rows], dtype=torch.long)
+        mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows], dtype=torch.long)
+        return ids, mask
+
+    def generate(self, prompts: Sequence[str], max_new_tokens: int, stop: Sequence[str]) -> list[Generation]:
+        """Greedy (or sampled, if temperature > 0) completions, stopping at any of ``stop``."""
+        torch = self.torch
+        out: list[Generation | None] = [None] * len(prompts)
+        for idx, rows in self._batches(prompts):
+            ids, mask = self._pad(rows)
+            t0 = time.perf_counter()
+            with torch.inference_mode():
+                seqs = self.model.generate(
+                    input_ids=ids, attention_mask=mask, max_new_tokens=max_new_tokens,
+                    stopping_criteria=_transformers.StoppingCriteriaList([_TailStop(self.tokenizer, stop, ids.shape[1])] if stop else []),
+                )
+            share = (time.perf_counter() - t0) / len(rows)
+            new = seqs[:, ids.shape[1]:].tolist()
+            for j, i in enumerate(idx):
+                gen = new[j]
+                n = next((k + 1 for k, t in enumerate(gen) if t in self._stop_ids), len(gen))
+                text = self.tokenizer.decode(gen[:n], skip_special_tokens=True)
+                out[i] = Generation(text=text, prompt_tokens=len(rows[j]), completion_tokens=n, latency_s=share)
+        return out  # type: ignore[return-value]
+
+    def generate_and_score(
+        self, prompts: Sequence[str], max_new_tokens: int, stop: Sequence[str],
+        complete: Callable[[str], str], token_ids: Sequence[int],
+    ) -> tuple[list[Generation], np.ndarray]:
+        """Generate, then read the next-token distribution over ``token_ids`` after ``complete(text)``.
+
+        ``complete`` turns a generation into the text that must precede the score (e.g. cut at
+        ``<score>`` or repaired). The read-out reuses the generation's KV cache: the generated tokens
+        that survive in the completed text stay, the rest are masked out, and only the appended
+        tokens are run, so the long prompt is not prefilled a second time (that was half the cost).
+        ``latency_s`` covers generation and read-out.
+        """
+        torch = self.torch
+        out: list[Generation | None] = [None] * len(prompts)
+        probs = np.zeros((len(prompts), len(token_ids)), dtype=np.float64)
+        sel = torch.tensor(list(token_ids), dtype=torch.long)
+        pad = self.tokenizer.pad_token_id
+        for idx, rows in self._batches(prompts):
+            ids, mask = self._pad(rows)
+            t0 = time.perf_counter()
+            with torch.inference_mode():
+                res = self.model.generate(
+                    input_ids=ids, attention_mask=mask, max_new_tokens=max_new_tokens,
+                    stopping_criteria=_transformers.StoppingCriteriaList(
+                        [_TailStop(self.tokenizer, stop, ids.shape[1])] if stop else []),
+                    return_dict_in_generate=True,
+                )
+                new = res.sequences[:, ids.shape[1]:].tolist()
+                cached = res.sequences.shape[1] - 1  # the last generated token was never fed
+                texts, keep, tails = [], [], []
+                for j in range(len(rows)):
+                    gen = new[j]
+                    n = next((k + 1 for k, t in enumerate(gen) if t in self._stop_ids), len(gen))
+                    text = self.tokenizer.decode(gen[:n], skip_special_tokens=True)
+                    target = complete(text)
+                    k = n
+                    while k > 0:  # longest run of generated tokens that the completed text starts with
+                        if gen[k - 1] not in self._stop_ids:
+                            head = self.tokenizer.decode(gen[:k], skip_special_tokens=True)
+                            if target.startswith(head):
+                                break
+                        k -= 1
+                    head = self.tokenizer.decode(gen[:k], skip_special_tokens=True)
+                    texts.append((text, n))
+                    keep.append(k)
+                    tails.append(self.tokenizer.encode(target[len(head):], add_special_tokens=False))
+                # per row, the last kept token is fed again (masked out of the cache) so that every row
+                # has at least one new token, whether or not generation had already fed it
+                feed = [([new[j][keep[j] - 1]] if keep[j] > 0 else []) + tails[j] for j in range(len(rows))]
+                if not all(feed):
+                    raise R3EdgeError("the judge's completion is empty", "a judge's repair must end with its score marker")
+                width = max(1, max(len(f) for f in feed))
+                step_ids = torch.tensor([[pad] * (width - len(f)) + f for f in feed], dtype=torch.long)
+                step_mask = torch.tensor([[0] * (width - len(f)) + [1] * len(f) for f in feed], dtype=torch.long)
+                gen_len = cached - ids.shape[1]
+                gen_mask = torch.tensor([[1 if k < keep[j] - 1 else 0 for k in range(gen_len)]
+                                         for j in range(len(rows))], dtype=torch.long)
+                full_mask = torch.cat([mask, gen_mask, step_mask], dim=1)
+                start = mask.sum(-1, keepdim=True) + gen_mask.sum(-1, keepdim=True)
+                pos = (start + step_mask.cumsum(-1) - 1).clamp(min=0)
+                logits = self.model(input_ids=step_ids, attention_mask=full_mask, position_ids=pos,
+                                    past_key_values=res.past_key_values, logits_to_keep=1).logits
+                p = torch.softmax(logits[:, -1, :].index_select(-1, sel).double(), dim=-1).numpy()
+            share = (time.perf_counter() - t0) / len(rows)
+            for j, i in enumerate(idx):
+                text, n = texts[j]
+                out[i] = Generation(text=text, prompt_tokens=len(rows[j]), completion_tokens=n, latency_s=share)
+                probs[i] = p[j]
+        return out, probs  # type: ignore[return-value]
+
+    def next_token_probs(self, texts: Sequence[str], token_ids: Sequence[int]) -> tuple[np.ndarray, list[float]]:
+        """Softmax over ``token_ids`` of the next-token logits after each text, and latency shares."""
+        torch = self.torch
+        probs = np.zeros((len(texts), len(token_ids)), dtype=np.float64)
+        lat = [0.0] * len(texts)
+        sel = torch.tensor(list(token_ids), dtype=torch.long)
+        for idx, rows in self._batches(texts):
+            ids, mask = self._pad(rows)
+            t0 = time.perf_counter()
+            with torch.inference_mode():
+                # explicit positions: left padding must not shift the real tokens' positions
+                pos = (mask.cumsum(-1) - 1).clamp(min=0)
+                logits = self.model(input_ids=ids, attention_mask=mask, position_ids=pos, logits_to_keep=1).logits
+                p = torch.softmax(logits[:, -1, :].index_select(-1, sel).double(), dim=-1).numpy()
+            share = (time.perf_counter() - t0) / len(rows)
+            for j, i in enumerate(idx):
+                probs[i] = p[j]
+                lat[i] = share
+        return probs, lat
+
+
+
+class _TailStop(_transformers.StoppingCriteria):
+    """Stops a row once its generated tail contains a stop string.
+
+    Used instead of transformers' ``StopStringCriteria``, whose constructor walks the whole
+    vocabulary (6-13 s per stop set for Qwen's 152k tokens on 2 loaded cores); decoding the last few
+    generated tokens of each row per step costs microseconds.
+    """
+
+    def __init__(self, tokenizer, stops: Sequence[str], prompt_len: int):
+        self.tokenizer, self.stops, self.prompt_len = tokenizer, tuple(stops), prompt_len
+        self.window = max(len(s) for s in self.stops) + 2  # every token decodes to >= 1 character
+
+    def __call__(self, input_ids, scores, **kwargs):
+        start = max(self.prompt_len, input_ids.shape[1] - self.window)
+        tails = self.tokenizer.batch_decode(input_ids[:, start:], skip_special_tokens=True)
+        return _torch.tensor([any(s in t for s in self.stops) for t in tails], dtype=_torch.bool,
+                             device=input_ids.device)

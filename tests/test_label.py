@@ -1,0 +1,122 @@
+"""The label stage end to end on the tiny random teacher: records, manifest, resume after SIGKILL, errors."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, SAMPLE_QUERIES, TINY_TEACHER
+from distill.labels import read_labels, read_manifest, shard_paths
+from distill.teacher import label_pairs, parse_shard, shard_of
+from r3edge.errors import R3EdgeError
+
+ALL_PAIRS = {(q["qid"], c["docid"]) for q in SAMPLE_QUERIES for c in q["candidates"]}
+GOLD = {(q["qid"], c["docid"]): c["label"] for q in SAMPLE_QUERIES for c in q["candidates"]}
+
+
+@pytest.fixture(scope="module")
+def labelled(sample_pairs_file, tmp_path_factory):
+    out = tmp_path_factory.mktemp("labels") / "tiny"
+    label_pairs(sample_pairs_file, TINY_TEACHER, out, shard_size=3)
+    return out
+
+
+def test_every_record_is_a_complete_soft_label(labelled):
+    rows = read_labels(labelled).to_pylist()
+    assert {(r["qid"], r["docid"]) for r in rows} == ALL_PAIRS and len(rows) == len(ALL_PAIRS)
+    assert len(shard_paths(labelled)) == 3  # 7 pairs in shards of 3
+    for r in rows:
+        assert len(r["probs"]) == 3 and abs(sum(r["probs"]) - 1) < 1e-9
+        assert r["score"] == max(range(3), key=lambda i: r["probs"][i])
+        assert r["native_score"] == r["score"] and r["native_scale"] == "0..2"
+        assert r["gold"] == GOLD[(r["qid"], r["docid"])]
+        assert r["format_ok"] is False  # random weights never write the tags
+        assert r["raw_intent"] is not None and r["raw_assessment"] is not None
+        assert r["prompt_tokens"] > 0 and 0 < r["completion_tokens"] <= 8 and r["latency_s"] > 0
+        assert r["judge"] == "r3a" and len(r["prompt_hash"]) == 64
+
+
+def test_manifest_is_complete(labelled, sample_pairs_file):
+    m = read_manifest(labelled)
+    assert m["complete"] is True and m["n_done"] == m["n_pairs"] == len(ALL_PAIRS)
+    assert m["judge"] == "r3a" and m["teacher"] == "r3a-tiny" and m["teacher_model"].startswith("random-init:qwen2")
+    assert m["label_values"] == [0, 1, 2] and m["n_labels"] == 3
+    assert m["intent_calls"] == len(SAMPLE_QUERIES)  # round 1 once per query, not per pair
+
+
+def test_rerun_of_a_finished_run_changes_nothing(labelled, sample_pairs_file):
+    before = [p.stat().st_mtime_ns for p in shard_paths(labelled)]
+    label_pairs(sample_pairs_file, TINY_TEACHER, labelled, shard_size=3)
+    assert [p.stat().st_mtime_ns for p in shard_paths(labelled)] == before
+
+
+def test_different_pairs_file_is_refused(labelled, tmp_path):
+    other = tmp_path / "other.jsonl"
+    other.write_text(json.dumps(SAMPLE_QUERIES[0]) + "\n")
+    with pytest.raises(R3EdgeError) as err:
+        label_pairs(other, TINY_TEACHER, labelled, shard_size=3)
+    assert "pairs_sha256" in err.value.what and "--overwrite" in err.value.fix
+
+
+def test_different_teacher_config_is_refused(labelled, sample_pairs_file, tmp_path):
+    cfg = tmp_path / "teacher.yaml"
+    cfg.write_text(TINY_TEACHER.read_text().replace("assess_max_new_tokens: 8", "assess_max_new_tokens: 9"))
+    with pytest.raises(R3EdgeError) as err:
+        label_pairs(sample_pairs_file, cfg, labelled, shard_size=3)
+    assert "teacher_config_sha256" in err.value.what and "--overwrite" in err.value.fix
+
+
+def test_malformed_pairs_line_is_named(tmp_path):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps(SAMPLE_QUERIES[0]) + "\n" + '{"qid": "q9", "query": "x", "docid": "d"}\n')
+    with pytest.raises(R3EdgeError, match=r"bad\.jsonl(:| line )2: missing field 'text'"):
+        label_pairs(bad, TINY_TEACHER, tmp_path / "out")
+    assert not (tmp_path / "out" / "manifest.json").exists()
+
+
+def test_shard_split_is_a_partition():
+    qids = [f"q{i}" for i in range(200)]
+    parts = [[q for q in qids if shard_of(q, 3) == i] for i in range(3)]
+    assert sorted(sum(parts, [])) == sorted(qids) and all(parts)
+    assert parse_shard("2/3") == (2, 3)
+    for bad in ("3/3", "x", "1/0", "-1/2"):
+        with pytest.raises(R3EdgeError, match="--shard"):
+            parse_shard(bad)
+
+
+def test_resume_after_sigkill_labels_each_pair_once(sample_pairs_file, tmp_path):
+    out = tmp_path / "resume"
+    cmd = [sys.executable, "-m", "r3edge.cli", "label", str(sample_pairs_file), "--teacher", str(TINY_TEACHER),
+           "--out", str(out), "--shard-size", "1"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 240
+        while not shard_paths(out) and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert proc.poll() is None, proc.stdout.read().decode()
+        os.kill(proc.pid, signal.SIGKILL)
+    finally:
+        proc.wait()
+    killed_at = len(shard_paths(out))
+    assert 1 <= killed_at < len(ALL_PAIRS)
+    assert read_manifest(out)["complete"] is False
+    with pytest.raises(R3EdgeError, match="incomplete"):
+        read_labels(out)
+
+    done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert f"({killed_at} already done)" in done.stderr
+    keys = [(r["qid"], r["docid"]) for r in read_labels(out).to_pylist()]
+    assert len(keys) == len(set(keys)) == len(ALL_PAIRS) and set(keys) == ALL_PAIRS
+    assert "format_ok 0/7" in done.stderr and "score histogram" in done.stderr
+
+    mismatch = subprocess.run([*cmd, "--limit", "3"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert mismatch.returncode == 2 and "--overwrite" in mismatch.stderr and "Traceback" not in mismatch.stderr
