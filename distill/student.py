@@ -49,6 +49,8 @@ def create_student(config: StudentConfig) -> tuple[nn.Module, Scorer]:
         lm = load_causal_lm(spec.pretrained, dtype=spec.dtype)
     else:
         lm = build_random_causal_lm(spec.architecture or {}, seed=spec.seed, dtype=spec.dtype)
+    if spec.keep_layers is not None:
+        keep_first_layers(lm, spec.keep_layers)
     budget = config.scorer
     scorer = Scorer.create(
         hf_tok.backend_tokenizer,
@@ -64,6 +66,18 @@ def create_student(config: StudentConfig) -> tuple[nn.Module, Scorer]:
         raise R3EdgeError(f"label token ids {scorer.spec.label_token_ids} exceed the model's vocabulary ({vocab})",
                           "use a tokenizer that belongs to this model")
     return lm, scorer
+
+
+def keep_first_layers(lm: nn.Module, n: int) -> None:
+    """Drop every decoder layer after the first ``n`` (the saved config says ``n``, so it reloads)."""
+    layers = lm.get_decoder().layers
+    if n > len(layers):
+        raise R3EdgeError(f"keep_layers={n} but the model has only {len(layers)} layers",
+                          f"set keep_layers to at most {len(layers)}")
+    lm.get_decoder().layers = layers[:n]
+    lm.config.num_hidden_layers = n
+    if getattr(lm.config, "layer_types", None):
+        lm.config.layer_types = lm.config.layer_types[:n]
 
 
 def load_student(directory: str | Path, dtype: str = "float32") -> tuple[nn.Module, Scorer]:

@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Literal, TypeVar
 
 import yaml
-from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from r3edge.errors import R3EdgeError
 
@@ -25,6 +25,9 @@ class ModelSpec(Strict):
     tokenizer: str | None = None
     seed: int = 0
     dtype: Literal["float32", "bfloat16"] = "float32"
+    # Keep only the first N decoder layers of pretrained weights (DistilBERT-style initialisation):
+    # a shallower student is proportionally faster to train, export and serve.
+    keep_layers: int | None = Field(None, ge=1)
 
     @model_validator(mode="after")
     def _one_source(self):

@@ -17,7 +17,7 @@ def configure(parser):
     parser.add_argument("--out", default="runs/demo", help="directory for every stage's output")
     parser.add_argument("--teacher", default=str(ROOT_CONFIGS / "teacher" / "r3a-smollm2.yaml"),
                         help="teacher config (judge + model + generation budgets)")
-    parser.add_argument("--student", default=str(ROOT_CONFIGS / "student" / "smollm2-135m.yaml"),
+    parser.add_argument("--student", default=str(ROOT_CONFIGS / "student" / "smollm2-demo.yaml"),
                         help="student config (model + scorer budgets + training)")
     parser.add_argument("--train-queries", type=int, default=12, help="training queries")
     parser.add_argument("--train-candidates", type=int, default=12, help="candidates per training query")
