@@ -30,6 +30,15 @@ HEADER = ["system", "variant", "p50 ms / top-100 req", "p95 ms", "pairs/s", "acc
           "nDCG@10", "agreement w/ teacher", "n"]
 
 
+SUBSET_HEADER = ["system", "variant", "accuracy", "macro F1", "AUC 0/12", "AUC 01/2", "nDCG@10", "n"]
+
+
+def subset_cells(row: dict) -> list[str]:
+    sub = row["accuracy"]["on_teacher_pairs"]
+    return [row["system"], str(row.get("variant") or "–"), _fmt(sub.get("accuracy")), _fmt(sub.get("f1_macro")),
+            _fmt(sub.get("auc_0_12")), _fmt(sub.get("auc_01_2")), _fmt(sub.get("ndcg@10")), str(sub.get("n", "–"))]
+
+
 def markdown(results: dict) -> str:
     m = results["machine"]
     s = results["settings"]
@@ -52,6 +61,13 @@ def markdown(results: dict) -> str:
         lines += ["", "\\* teacher latency and throughput are estimated from labeling records "
                   "(100 × mean per-pair latency_s, which already carries each pair's share of the query's intent "
                   "round), not measured over gRPC."]
+    if any("on_teacher_pairs" in r.get("accuracy", {}) for r in results["systems"]):
+        lines += ["", "## Same pairs for every system", "",
+                  "The pairs the teacher labelled (the top-ranked candidates of each held-back query), "
+                  "scored against gold by every system:", "",
+                  "| " + " | ".join(SUBSET_HEADER) + " |", "|" + "|".join("---" for _ in SUBSET_HEADER) + "|"]
+        lines += ["| " + " | ".join(subset_cells(r)) + " |" for r in results["systems"]
+                  if "on_teacher_pairs" in r.get("accuracy", {})]
     errs = {r["system"] + ":" + str(r.get("variant")): r["load"]["errors"] for r in results["systems"]
             if r.get("load", {}).get("errors")}
     if errs:
@@ -66,12 +82,15 @@ def plot(results: dict, path: Path) -> Path | None:
     import matplotlib.pyplot as plt
 
     metrics = [("accuracy", "accuracy vs gold"), ("ndcg@10", "nDCG@10")]
+    # Plot on the pairs every system was scored on when there is such a set (like with like).
+    block = "on_teacher_pairs" if all("on_teacher_pairs" in r.get("accuracy", {}) for r in results["systems"]) \
+        else "vs_gold"
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
     drawn = 0
     for ax, (key, title) in zip(axes, metrics):
         for r in results["systems"]:
             x = r.get("latency_ms", {}).get("p50")
-            y = r.get("accuracy", {}).get("vs_gold", {}).get(key)
+            y = r.get("accuracy", {}).get(block, {}).get(key)
             if x is None or y is None or x <= 0:
                 continue
             label = f"{r['system']} {r.get('variant') or ''}".strip()
@@ -83,7 +102,7 @@ def plot(results: dict, path: Path) -> Path | None:
         ax.set_xscale("log")
         ax.set_xlabel("p50 latency per top-100 request (ms, log)")
         ax.set_ylabel(title)
-        ax.set_title(f"latency vs {title}")
+        ax.set_title(f"latency vs {title}" + (" (teacher-labelled pairs)" if block != "vs_gold" else ""))
         ax.grid(True, which="both", alpha=0.3)
     fig.tight_layout()
     fig.savefig(path, dpi=120)

@@ -55,6 +55,12 @@ def accuracy_block(queries: Sequence[QueryCandidates], probs: dict[tuple[str, st
         if both:
             out["vs_teacher"] = m.agreement_metrics(np.array([teacher[k] for k in both]),
                                                     np.array([probs[k] for k in both]), label_values=label_values)
+            # The same pairs the teacher was judged on, so student and teacher rows compare like with like.
+            shared = [(q, d, lab) for q, d, lab in gold_keys if (q, d) in teacher]
+            if shared:
+                out["on_teacher_pairs"] = m.relevance_metrics(
+                    [lab for _, _, lab in shared], np.array([probs[(q, d)] for q, d, _ in shared]),
+                    [q for q, _, _ in shared], label_values=label_values)
     return out
 
 
@@ -80,6 +86,8 @@ def teacher_row(queries: Sequence[QueryCandidates], labels_dir: str | Path, labe
     mean_pair_s = float(np.mean([x for v in per_q.values() for x in v])) if per_q else None
     sub = {k: v for k, v in probs.items() if k in wanted}
     n_bad = sum(1 for i, (q, d) in enumerate(zip(cols["qid"], cols["docid"])) if (q, d) in wanted and not cols["format_ok"][i])
+    acc = accuracy_block(queries, sub, label_values, sub)
+    acc.pop("vs_teacher", None)  # agreement with itself says nothing
     return {
         "system": "teacher",
         "variant": str(cols["teacher_model"][0]) if cols["qid"] else "",
@@ -90,7 +98,7 @@ def teacher_row(queries: Sequence[QueryCandidates], labels_dir: str | Path, labe
         "mean_pair_latency_s": mean_pair_s,
         "intent_round_recorded": bool(intent),
         "format_failures": n_bad,
-        "accuracy": accuracy_block(queries, sub, label_values, None),
+        "accuracy": acc,
     }
 
 
