@@ -58,7 +58,12 @@ def test_bench_cli_writes_results_report_and_plot(tiny_artifact, sample_pairs_fi
     assert teacher["accuracy"]["vs_gold"]["accuracy"] == 1.0
     report = (out / "report.md").read_text()
     assert "| system | variant | p50 ms" in report and "estimated from labeling records" in report
-    assert report.count("\n| student") == 2 and "| teacher | tiny-teacher |" in report
+    main_table, same_pairs = report.split("## Same pairs for every system")
+    assert main_table.count("\n| student") == 2 and "| teacher | tiny-teacher |" in main_table
+    # every system again, scored on exactly the pairs the teacher labelled
+    assert same_pairs.count("\n| student") == 2 and "| teacher | tiny-teacher | 1.000 |" in same_pairs
+    for r in students:
+        assert r["accuracy"]["on_teacher_pairs"]["n"] == 7
     png = (out / "latency_vs_accuracy.png").read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
     assert "wrote" in capsys.readouterr().out
