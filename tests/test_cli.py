@@ -1,0 +1,41 @@
+"""The CLI: every stage is there, every option is described, and --help stays cheap."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from r3edge.cli import COMMANDS, build_parser, main
+
+
+def _subparsers():
+    parser = build_parser()
+    action = next(a for a in parser._actions if a.dest == "command")
+    return action.choices
+
+
+def test_every_stage_is_a_subcommand():
+    assert {"label", "train", "eval", "export", "serve", "rerank", "bench", "demo"} <= set(_subparsers())
+    assert set(_subparsers()) == set(COMMANDS)
+
+
+@pytest.mark.parametrize("name", sorted(COMMANDS))
+def test_every_option_has_help(name, capsys):
+    sub = _subparsers()[name]
+    for action in sub._actions:
+        if action.dest != "help":
+            assert action.help and action.help.strip(), f"r3edge {name}: {action.dest} has no help text"
+    with pytest.raises(SystemExit) as exit_:
+        main([name, "--help"])
+    assert exit_.value.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"usage: r3edge {name}")
+
+
+def test_help_imports_no_heavy_stage_code():
+    code = "import sys; from r3edge.cli import build_parser; build_parser(); " \
+           "print(sorted(m for m in ('torch', 'transformers', 'onnxruntime', 'grpc') if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
