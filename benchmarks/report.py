@@ -66,8 +66,15 @@ def markdown(results: dict) -> str:
                   "The pairs the teacher labelled (the top-ranked candidates of each held-back query), "
                   "scored against gold by every system:", "",
                   "| " + " | ".join(SUBSET_HEADER) + " |", "|" + "|".join("---" for _ in SUBSET_HEADER) + "|"]
-        lines += ["| " + " | ".join(subset_cells(r)) + " |" for r in results["systems"]
-                  if "on_teacher_pairs" in r.get("accuracy", {})]
+        subset_rows = [r for r in results["systems"] if "on_teacher_pairs" in r.get("accuracy", {})]
+        lines += ["| " + " | ".join(subset_cells(r)) + " |" for r in subset_rows]
+        counts = subset_rows[0]["accuracy"]["on_teacher_pairs"].get("gold_counts") or {}
+        if counts:
+            frac = max(counts.values()) / sum(counts.values())
+            # always predicting the majority label: precision = frac, recall = 1 for it, F1 0 elsewhere
+            macro_f1 = 2 * frac / (1 + frac) / len(counts)
+            lines += ["", f"Majority-class baseline on these pairs (always label {max(counts, key=counts.get)}): "
+                      f"accuracy {frac:.3f}, macro F1 {macro_f1:.3f}; gold label counts {counts}."]
     errs = {r["system"] + ":" + str(r.get("variant")): r["load"]["errors"] for r in results["systems"]
             if r.get("load", {}).get("errors")}
     if errs:
@@ -80,30 +87,40 @@ def plot(results: dict, path: Path) -> Path | None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import LogLocator, NullFormatter, ScalarFormatter
 
     metrics = [("accuracy", "accuracy vs gold"), ("ndcg@10", "nDCG@10")]
     # Plot on the pairs every system was scored on when there is such a set (like with like).
     block = "on_teacher_pairs" if all("on_teacher_pairs" in r.get("accuracy", {}) for r in results["systems"]) \
         else "vs_gold"
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
-    drawn = 0
+    points = []
+    for r in results["systems"]:
+        x = r.get("latency_ms", {}).get("p50")
+        if x is not None and x > 0:
+            points.append((r, x / 1e3))
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.5))
     for ax, (key, title) in zip(axes, metrics):
-        for r in results["systems"]:
-            x = r.get("latency_ms", {}).get("p50")
+        for r, x in points:
             y = r.get("accuracy", {}).get(block, {}).get(key)
-            if x is None or y is None or x <= 0:
+            if y is None:
                 continue
-            label = f"{r['system']} {r.get('variant') or ''}".strip()
-            marker = "s" if r.get("kind") == "teacher" else "o"
-            ax.scatter([x], [y], marker=marker)
-            ax.annotate(label + (" (est.)" if r.get("kind") == "teacher" else ""), (x, y),
-                        textcoords="offset points", xytext=(5, 5), fontsize=8)
-            drawn += 1
+            teacher = r.get("kind") == "teacher"
+            label = f"{r['system']} {r.get('variant') or ''}".strip() + (" (est.)" if teacher else "")
+            ax.scatter([x], [y], marker="s" if teacher else "o", s=50)
+            ax.annotate(label, (x, y), textcoords="offset points", xytext=(0, 8), ha="center", fontsize=8)
         ax.set_xscale("log")
-        ax.set_xlabel("p50 latency per top-100 request (ms, log)")
+        if points:
+            xs = [x for _, x in points]
+            ax.set_xlim(min(xs) / 3, max(xs) * 3)
+        ax.xaxis.set_major_locator(LogLocator(base=10))
+        ax.xaxis.set_major_formatter(ScalarFormatter())
+        ax.xaxis.set_minor_formatter(NullFormatter())
+        ax.set_ylim(0, 1.05)  # the full scale: a zoomed axis would exaggerate small differences
+        ax.set_xlabel("p50 seconds per top-100 request (log)")
         ax.set_ylabel(title)
-        ax.set_title(f"latency vs {title}" + (" (teacher-labelled pairs)" if block != "vs_gold" else ""))
         ax.grid(True, which="both", alpha=0.3)
+    where = "on the teacher-labelled pairs" if block != "vs_gold" else "on all held-back pairs"
+    fig.suptitle(f"latency vs quality, {where}")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
