@@ -66,6 +66,25 @@ def test_artifact_layout_manifest_and_report(artifact):
     assert report["pairs_source"].endswith("pairs.jsonl")
 
 
+def test_int8_graph_softmax_float64_and_matmul_outputs_unquantized(artifact):
+    # Padding changes fp32 Softmax sums by an ulp; a static quantizer downstream turns that into
+    # a whole step (0.087 in score on the trained demo student). Softmax runs in float64, and
+    # MatMul outputs carry no Q/DQ, so the int8 graph is bit-exact across padding.
+    import onnx
+
+    g = onnx.load(str(artifact / "model.int8.onnx"), load_external_data=False).graph
+    prod = {o: n for n in g.node for o in n.output}
+    softmaxes = [n for n in g.node if n.op_type == "Softmax"]
+    assert softmaxes and all(prod[n.input[0]].op_type == "Cast" for n in softmaxes)
+    assert all(any(a.name == "to" and a.i == onnx.TensorProto.DOUBLE for a in prod[n.input[0]].attribute)
+               for n in softmaxes)
+    quantized_outputs = [n.name for n in g.node if n.op_type == "QuantizeLinear"
+                         and n.input[0] in prod and prod[n.input[0]].op_type == "MatMul"]
+    assert quantized_outputs == []
+    report = json.loads((artifact / "export_report.json").read_text())
+    assert report["quantization"]["int8"]["float64_softmax"] == len(softmaxes)
+
+
 def test_ort_fp32_matches_torch(artifact, torch_scorer):
     from r3edge.scoring import score_pairs
     from serve.runtimes import load_runtime
