@@ -1,0 +1,59 @@
+"""Models without a hub: local directories, the shipped packages, and hub ids that fail clearly."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from r3edge.errors import R3EdgeError
+from r3edge.models import load_causal_lm
+
+
+def test_hub_id_fails_offline_with_a_fix():
+    # Same code path as a local directory (from_pretrained); HF_HUB_OFFLINE only skips the retries.
+    code = (
+        "from r3edge.models import load_tokenizer\n"
+        "from r3edge.errors import R3EdgeError\n"
+        "try:\n    load_tokenizer('Qwen/Qwen2.5-1.5B-Instruct')\n"
+        "except R3EdgeError as e:\n    print('WHAT', e.what); print('FIX', e.fix)\n"
+    )
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120).stdout
+    assert "WHAT could not load 'Qwen/Qwen2.5-1.5B-Instruct': not a local directory" in out
+    assert "FIX pass a local directory" in out
+
+
+def test_local_directory_without_config_is_named(tmp_path):
+    with pytest.raises(R3EdgeError, match="holds no config.json"):
+        load_causal_lm(str(tmp_path))
+
+
+def test_saved_student_loads_from_its_directory(tiny_student):
+    lm = load_causal_lm(str(tiny_student))
+    assert lm.config.model_type == "qwen2" and lm.config.num_hidden_layers == 2
+
+
+def test_keep_layers_truncates_and_the_saved_student_reloads(tmp_path):
+    import torch
+
+    from conftest import TINY_STUDENT
+    from distill.student import LabelScorer, create_student, load_student, save_student
+    from r3edge.config import StudentConfig, load_yaml
+
+    base = load_yaml(TINY_STUDENT, StudentConfig)
+    cfg = base.model_copy(update={"model": base.model.model_copy(update={"keep_layers": 1})})
+    lm, scorer = create_student(cfg)
+    assert len(lm.get_decoder().layers) == 1 and lm.config.num_hidden_layers == 1
+    out = save_student(lm, scorer, tmp_path / "s")
+    lm2, _ = load_student(out)
+    assert len(lm2.get_decoder().layers) == 1
+    ids, mask = (torch.from_numpy(a) for a in scorer.collate(scorer.encode_batch(["q"], ["a document"])))
+    with torch.no_grad():
+        torch.testing.assert_close(LabelScorer(lm.eval(), scorer.spec.label_token_ids)(ids, mask),
+                                   LabelScorer(lm2.eval(), scorer.spec.label_token_ids)(ids, mask))
+    too_many = base.model_copy(update={"model": base.model.model_copy(update={"keep_layers": 5})})
+    with pytest.raises(R3EdgeError, match="keep_layers=5"):
+        create_student(too_many)
