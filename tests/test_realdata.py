@@ -45,3 +45,33 @@ def test_real_pairs_fit_the_budget_with_whole_queries(tiny_student):
         assert enc.input_ids[-len(tail):] == tail
         assert enc.doc_tokens <= spec.max_doc_tokens
     assert sum(e.doc_tokens_dropped > 0 for e in encoded) > 0, "some real posts are long enough to be cut"
+
+
+def test_real_forum_thread_reranked_over_grpc(tiny_artifact):
+    """Real posts (long, noisy, non-ASCII) through a real server: ids kept, sorted, long posts cut and counted."""
+    import grpc
+
+    from conftest import free_port
+    from serve.client import RerankerClient
+    from serve.config import ServeConfig
+    from serve.server import BackgroundServer
+
+    queries = read_queries(CQA / "subtaskA_dev.jsonl")
+    q = max(queries[:50], key=lambda q: sum(len(c.text) for c in q.candidates))
+    subject = q.query.split("\n")[0]
+    srv = BackgroundServer(ServeConfig(artifact=str(tiny_artifact), port=free_port())).start()
+    try:
+        with RerankerClient(srv.target, timeout=120) as client:
+            client.wait_ready(60)
+            resp = client.rerank_raw(subject, [(c.docid, c.text) for c in q.candidates], top_k=5)
+            with pytest.raises(grpc.RpcError) as err:
+                client.rerank_raw(q.query * 20, [(c.docid, c.text) for c in q.candidates], top_k=5)
+    finally:
+        srv.stop()
+    ids = [r.id for r in resp.results]
+    assert len(ids) == 5 and set(ids) <= {c.docid for c in q.candidates}
+    scores = [r.score for r in resp.results]
+    assert scores == sorted(scores, reverse=True)
+    encoded = Scorer.load(tiny_artifact).encode_batch([subject] * len(q.candidates), [c.text for c in q.candidates])
+    assert resp.truncated_docs == sum(e.doc_tokens_dropped > 0 for e in encoded) > 0
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "max_query_tokens" in err.value.details()
