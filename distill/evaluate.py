@@ -47,10 +47,11 @@ def lm_score_fn(lm, scorer: Scorer, *, max_batch_tokens: int = 8192, max_batch_s
     from distill.student import LabelScorer
 
     graph = LabelScorer(lm, scorer.spec.label_token_ids).eval()
+    device = next(lm.parameters()).device  # after Trainer, the model may sit on a GPU
 
     def run_batch(ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
         with torch.no_grad():
-            return graph(torch.from_numpy(ids), torch.from_numpy(mask)).float().numpy()
+            return graph(torch.from_numpy(ids).to(device), torch.from_numpy(mask).to(device)).float().cpu().numpy()
 
     def fn(queries, documents):
         return score_pairs(scorer, run_batch, queries, documents, max_batch_tokens=max_batch_tokens, max_batch_size=max_batch_size)

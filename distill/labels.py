@@ -74,9 +74,13 @@ def shard_paths(directory: str | Path) -> list[Path]:
 def write_shard(directory: str | Path, records: list[dict]) -> Path:
     """Append one shard atomically (temp file + rename)."""
     directory = Path(directory)
-    index = len(shard_paths(directory))
+    existing = shard_paths(directory)
+    # Next index after the highest one (not the count), and never over an existing shard.
+    index = int(existing[-1].stem.split("-")[1]) + 1 if existing else 0
     final = directory / f"part-{index:05d}.parquet"
     tmp = directory / f".part-{index:05d}.parquet.tmp"
+    if final.exists():
+        raise R3EdgeError(f"{final} already exists", "run one labelling process per output directory (use --shard i/n)")
     table = pa.Table.from_pylist(records, schema=SCHEMA)
     pq.write_table(table, tmp)
     with open(tmp, "rb") as fh:
@@ -97,6 +101,10 @@ def read_labels(directory: str | Path, allow_partial: bool = False) -> pa.Table:
             "re-run the same `r3edge label` command: it resumes where it stopped",
         )
     shards = shard_paths(directory)
-    if not shards:
-        return SCHEMA.empty_table()
-    return pa.concat_tables([pq.read_table(p, schema=SCHEMA) for p in shards])
+    table = pa.concat_tables([pq.read_table(p, schema=SCHEMA) for p in shards]) if shards else SCHEMA.empty_table()
+    if manifest.get("complete") and "n_pairs" in manifest and table.num_rows != manifest["n_pairs"]:
+        raise R3EdgeError(
+            f"labels in {directory} claim to be complete with {manifest['n_pairs']} pairs but hold {table.num_rows} rows",
+            "a shard was lost or added by hand; re-run `r3edge label ... --overwrite`",
+        )
+    return table

@@ -14,7 +14,7 @@ from torch import nn
 
 from r3edge.config import StudentConfig
 from r3edge.errors import R3EdgeError
-from r3edge.models import build_random_causal_lm, load_causal_lm, load_tokenizer
+from r3edge.models import load_causal_lm, load_model, load_tokenizer
 from r3edge.scoring import DEFAULT_INSTRUCTION, PromptTemplate, Scorer
 
 
@@ -45,12 +45,7 @@ def create_student(config: StudentConfig) -> tuple[nn.Module, Scorer]:
     """A fresh student (pretrained or random init) and the scorer spec it will be trained with."""
     spec = config.model
     hf_tok = load_tokenizer(spec.tokenizer_ref)
-    if spec.pretrained:
-        lm = load_causal_lm(spec.pretrained, dtype=spec.dtype)
-    else:
-        lm = build_random_causal_lm(spec.architecture or {}, seed=spec.seed, dtype=spec.dtype)
-    if spec.keep_layers is not None:
-        keep_first_layers(lm, spec.keep_layers)
+    lm = load_model(spec)
     budget = config.scorer
     scorer = Scorer.create(
         hf_tok.backend_tokenizer,
@@ -66,18 +61,6 @@ def create_student(config: StudentConfig) -> tuple[nn.Module, Scorer]:
         raise R3EdgeError(f"label token ids {scorer.spec.label_token_ids} exceed the model's vocabulary ({vocab})",
                           "use a tokenizer that belongs to this model")
     return lm, scorer
-
-
-def keep_first_layers(lm: nn.Module, n: int) -> None:
-    """Drop every decoder layer after the first ``n`` (the saved config says ``n``, so it reloads)."""
-    layers = lm.get_decoder().layers
-    if n > len(layers):
-        raise R3EdgeError(f"keep_layers={n} but the model has only {len(layers)} layers",
-                          f"set keep_layers to at most {len(layers)}")
-    lm.get_decoder().layers = layers[:n]
-    lm.config.num_hidden_layers = n
-    if getattr(lm.config, "layer_types", None):
-        lm.config.layer_types = lm.config.layer_types[:n]
 
 
 def load_student(directory: str | Path, dtype: str = "float32") -> tuple[nn.Module, Scorer]:

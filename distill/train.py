@@ -156,7 +156,7 @@ def train_student(
             per_device_train_batch_size=tp.batch_size,
             gradient_accumulation_steps=tp.gradient_accumulation_steps,
             learning_rate=tp.learning_rate,
-            warmup_steps=tp.warmup_ratio,
+            warmup_steps=tp.warmup_ratio,  # transformers 5 reads a value below 1 as a ratio
             weight_decay=tp.weight_decay,
             bf16=bf16,
             use_cpu=not torch.cuda.is_available(),
@@ -201,17 +201,23 @@ def train_student(
         "scorer_fingerprint": scorer.spec.fingerprint(),
         "versions": {"torch": torch.__version__, "python": platform.python_version()},
     }
+    # Save first: a failing evaluation must never throw the trained weights away.
+    out = save_student(lm, scorer, out_dir, extra_files={REPORT_FILE: _report_json(report)})
     if eval_labels_dir is not None:
         from distill.evaluate import evaluate, lm_score_fn
 
         report["eval"] = evaluate(eval_labels_dir, lm_score_fn(lm, scorer), scorer=scorer)
-    out = save_student(lm, scorer, out_dir, extra_files={REPORT_FILE: json.dumps(report, indent=2, default=_jsonable) + "\n"})
+        (out / REPORT_FILE).write_text(_report_json(report))
     print(
         f"trained {table.num_rows} pairs, {report['steps']} steps in {wall:.1f} s "
         f"({report['seconds_per_step']} s/step); loss {_fmt(report['loss_first'])} -> {_fmt(report['loss_last'])}; "
         f"saved {out}"
     )
     return out
+
+
+def _report_json(report: dict) -> str:
+    return json.dumps(report, indent=2, default=_jsonable) + "\n"
 
 
 def _fmt(x: float | None) -> str:

@@ -18,8 +18,6 @@ import time
 from pathlib import Path
 from typing import Sequence
 
-import numpy as np
-
 from export.parity import ParityError, Tolerances, check_variant, load_pairs
 from export.quantize import PRESETS, VARIANTS, quantize
 from r3edge import __version__

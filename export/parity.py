@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 import numpy as np
+from scipy.stats import kendalltau, spearmanr
 
 from r3edge.errors import R3EdgeError
 from r3edge.scoring import Scorer, score_pairs
@@ -82,33 +83,12 @@ def load_pairs(calib_pairs: str | Path | None, limit: int) -> tuple[list[str], l
     return [p[0] for p in pairs], [p[1] for p in pairs], source
 
 
-def _rank(x: np.ndarray) -> np.ndarray:
-    """Average ranks (ties share their mean rank), as scipy.stats.rankdata does."""
-    order = np.argsort(x, kind="mergesort")
-    ranks = np.empty(len(x), dtype=np.float64)
-    ranks[order] = np.arange(len(x), dtype=np.float64)
-    for v in np.unique(x):
-        idx = x == v
-        if idx.sum() > 1:
-            ranks[idx] = ranks[idx].mean()
-    return ranks
-
-
-def spearman(a: np.ndarray, b: np.ndarray) -> float:
-    ra, rb = _rank(np.asarray(a)), _rank(np.asarray(b))
-    if ra.std() == 0 or rb.std() == 0:
-        return float("nan")
-    return float(np.corrcoef(ra, rb)[0, 1])
-
-
-def kendall_tau_b(a: np.ndarray, b: np.ndarray) -> float:
+def _rank_corr(fn, a: np.ndarray, b: np.ndarray) -> float:
+    """scipy's rank correlation, NaN (not a warning) when either side is constant."""
     a, b = np.asarray(a), np.asarray(b)
-    da = np.sign(a[:, None] - a[None, :])
-    db = np.sign(b[:, None] - b[None, :])
-    iu = np.triu_indices(len(a), 1)
-    da, db = da[iu], db[iu]
-    denom = np.sqrt((da != 0).sum() * (db != 0).sum())
-    return float((da * db).sum() / denom) if denom else float("nan")
+    if np.ptp(a) == 0 or np.ptp(b) == 0:
+        return float("nan")
+    return float(fn(a, b)[0])
 
 
 def compare(scorer: Scorer, ref: np.ndarray, got: np.ndarray) -> dict:
@@ -120,8 +100,8 @@ def compare(scorer: Scorer, ref: np.ndarray, got: np.ndarray) -> dict:
         "max_abs_logit_diff": float(np.abs(ref - got).max()),
         "max_abs_score_diff": float(np.abs(s_ref - s_got).max()),
         "argmax_agreement": float((ref.argmax(-1) == got.argmax(-1)).mean()),
-        "spearman": spearman(s_ref, s_got),
-        "kendall_tau": kendall_tau_b(s_ref, s_got),
+        "spearman": _rank_corr(spearmanr, s_ref, s_got),
+        "kendall_tau": _rank_corr(kendalltau, s_ref, s_got),  # tau-b, scipy's default
     }
 
 

@@ -98,13 +98,15 @@ class _FeedReader:
     """onnxruntime CalibrationDataReader over pre-built feeds."""
 
     def __init__(self, feeds: list[dict[str, np.ndarray]]):
+        self._feeds = feeds
         self._it = iter(feeds)
 
     def get_next(self):
         return next(self._it, None)
 
-    def rewind(self):  # pragma: no cover - only used by some calibrators
-        pass
+    def rewind(self):
+        """Entropy/Percentile calibrators read the data more than once."""
+        self._it = iter(self._feeds)
 
 
 def _external(path: Path) -> bool:

@@ -57,7 +57,7 @@ class TrainParams(Strict):
     learning_rate: float = 5e-5
     batch_size: int = 8
     gradient_accumulation_steps: int = 1
-    warmup_ratio: float = 0.1
+    warmup_ratio: float = Field(0.1, ge=0.0, lt=1.0)
     weight_decay: float = 0.0
     bf16: bool = False
     seed: int = 0

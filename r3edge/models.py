@@ -18,9 +18,14 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import shutil
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from r3edge.errors import R3EdgeError, require
+
+if TYPE_CHECKING:
+    from r3edge.config import ModelSpec
 
 # Qwen2's pre-tokenizer: single digits (\p{N}), unlike tiktoken's cl100k pattern.
 QWEN2_PATTERN = (
@@ -78,7 +83,9 @@ def build_qwen25_tokenizer(out_dir: str | Path | None = None):
     fast.chat_template = CHATML_TEMPLATE
     tmp = out.with_name(out.name + f".tmp{os.getpid()}")
     fast.save_pretrained(str(tmp))
-    tmp.replace(out) if not out.exists() else None
+    if out.exists():  # an incomplete cache (no tokenizer.json, checked above): replace it
+        shutil.rmtree(out)
+    tmp.replace(out)
     return transformers.PreTrainedTokenizerFast.from_pretrained(str(out))
 
 
@@ -137,6 +144,29 @@ def build_random_causal_lm(architecture: dict, seed: int = 0, dtype: str = "floa
     torch.manual_seed(seed)
     model = transformers.AutoModelForCausalLM.from_config(config, dtype=getattr(torch, dtype))
     return model
+
+
+def load_model(spec: "ModelSpec"):
+    """The one loader of a config's model (student or teacher): weights or random init, then ``keep_layers``."""
+    if spec.pretrained is not None:
+        lm = load_causal_lm(spec.pretrained, dtype=spec.dtype)
+    else:
+        lm = build_random_causal_lm(spec.architecture or {}, seed=spec.seed, dtype=spec.dtype)
+    if spec.keep_layers is not None:
+        keep_first_layers(lm, spec.keep_layers)
+    return lm
+
+
+def keep_first_layers(lm, n: int) -> None:
+    """Drop every decoder layer after the first ``n`` (the saved config says ``n``, so it reloads)."""
+    layers = lm.get_decoder().layers
+    if n > len(layers):
+        raise R3EdgeError(f"keep_layers={n} but the model has only {len(layers)} layers",
+                          f"set keep_layers to at most {len(layers)}")
+    lm.get_decoder().layers = layers[:n]
+    lm.config.num_hidden_layers = n
+    if getattr(lm.config, "layer_types", None):
+        lm.config.layer_types = lm.config.layer_types[:n]
 
 
 def _from_pretrained(cls, ref: str, **kwargs):

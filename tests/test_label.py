@@ -120,3 +120,24 @@ def test_resume_after_sigkill_labels_each_pair_once(sample_pairs_file, tmp_path)
 
     mismatch = subprocess.run([*cmd, "--limit", "3"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert mismatch.returncode == 2 and "--overwrite" in mismatch.stderr and "Traceback" not in mismatch.stderr
+
+
+def test_damaged_labels_dir_is_refused_and_shards_never_overwritten(labelled, tmp_path):
+    import shutil
+
+    from distill.labels import write_shard
+
+    copy = tmp_path / "labels"
+    shutil.copytree(labelled, copy)
+    rows = read_labels(copy).to_pylist()
+    shards = shard_paths(copy)
+    assert len(shards) >= 3  # shard_size=3 over 7 pairs
+    # a shard lost after the run finished: "complete" must not be believed
+    shards[0].unlink()
+    with pytest.raises(R3EdgeError, match="claim to be complete"):
+        read_labels(copy)
+    # the next shard is numbered after the highest one, so nothing existing is replaced
+    before = {p.name: p.read_bytes() for p in shard_paths(copy)}
+    new = write_shard(copy, rows[:1])
+    assert new.name not in before
+    assert all((copy / name).read_bytes() == data for name, data in before.items())

@@ -2,8 +2,8 @@
 
 A backend turns chat messages into text and reads next-token probabilities; it knows nothing about
 rubrics. Only the in-process transformers backend exists today; an OpenAI-compatible client (vLLM,
-SGLang) would be a second module exposing the same three methods (``render``, ``generate``,
-``next_token_probs``), provided its server returns prompt logprobs for the score tokens.
+SGLang) would be a second module exposing the same methods (``render``, ``generate``,
+``generate_and_score``), provided its server returns prompt logprobs for the score tokens.
 """
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ _transformers = require("transformers", "train")
 class TransformersBackend:
     def __init__(self, spec: ModelSpec, params: GenerationParams):
         self.torch = _torch
-        from r3edge.models import build_random_causal_lm, load_causal_lm, load_tokenizer
+        from r3edge.models import load_model, load_tokenizer
 
         self.params = params
         self.tokenizer = load_tokenizer(spec.tokenizer_ref)
@@ -34,11 +34,7 @@ class TransformersBackend:
         if not getattr(self.tokenizer, "chat_template", None):
             raise R3EdgeError(f"tokenizer {spec.tokenizer_ref!r} has no chat template",
                               "use an instruct model's tokenizer (R³A is a multi-turn chat protocol)")
-        if spec.pretrained is not None:
-            self.model = load_causal_lm(spec.pretrained, spec.dtype)
-        else:
-            self.model = build_random_causal_lm(spec.architecture or {}, spec.seed, spec.dtype)
-        self.model.eval()
+        self.model = load_model(spec).eval()
         gc = self.model.generation_config
         gc.pad_token_id = self.tokenizer.pad_token_id
         if gc.eos_token_id is None:
@@ -176,27 +172,6 @@ class TransformersBackend:
                 out[i] = Generation(text=text, prompt_tokens=len(rows[j]), completion_tokens=n, latency_s=share)
                 probs[i] = p[j]
         return out, probs  # type: ignore[return-value]
-
-    def next_token_probs(self, texts: Sequence[str], token_ids: Sequence[int]) -> tuple[np.ndarray, list[float]]:
-        """Softmax over ``token_ids`` of the next-token logits after each text, and latency shares."""
-        torch = self.torch
-        probs = np.zeros((len(texts), len(token_ids)), dtype=np.float64)
-        lat = [0.0] * len(texts)
-        sel = torch.tensor(list(token_ids), dtype=torch.long)
-        for idx, rows in self._batches(texts):
-            ids, mask = self._pad(rows)
-            t0 = time.perf_counter()
-            with torch.inference_mode():
-                # explicit positions: left padding must not shift the real tokens' positions
-                pos = (mask.cumsum(-1) - 1).clamp(min=0)
-                logits = self.model(input_ids=ids, attention_mask=mask, position_ids=pos, logits_to_keep=1).logits
-                p = torch.softmax(logits[:, -1, :].index_select(-1, sel).double(), dim=-1).numpy()
-            share = (time.perf_counter() - t0) / len(rows)
-            for j, i in enumerate(idx):
-                probs[i] = p[j]
-                lat[i] = share
-        return probs, lat
-
 
 
 class _TailStop(_transformers.StoppingCriteria):

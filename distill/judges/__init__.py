@@ -52,7 +52,6 @@ class Judge(Protocol):
     score_tokens: tuple[str, ...]  # the tokens read at the score position, in label order
     score_open: str              # generation stops here; the next token is the score
     prompt_hash: str             # sha256 of the templates: a prompt change is a different teacher
-    two_round: bool
     reply_prefix: str            # prefilled at the start of every assistant reply (part of the raw text)
 
     def intent_messages(self, query: str, aux_docs: Sequence[str]) -> Messages: ...

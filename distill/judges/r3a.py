@@ -87,7 +87,6 @@ class R3AJudge:
     native_scale: str = "0..2"
     score_tokens: tuple[str, ...] = LABELS
     score_open: str = SCORE_OPEN
-    two_round: bool = True
     reply_prefix: str = REPLY_PREFIX
     prompt_hash: str = field(
         default=templates_hash(SYSTEM, INTENT_USER, AUX_ITEM, NO_AUX, ASSESS_USER, SCORE_OPEN, REPLY_PREFIX)
