@@ -61,26 +61,28 @@ def lm_score_fn(lm, scorer: Scorer, *, max_batch_tokens: int = 8192, max_batch_s
 
 def torch_student_score_fn(student_dir: str | Path, *, dtype: str = "float32") -> Scoring:
     """A trained student directory scored in PyTorch: the reference every export is checked against."""
-    from distill.student import load_student
-
-    lm, scorer = load_student(student_dir, dtype=dtype)
-    return lm_score_fn(lm, scorer, name=f"torch:{student_dir}")
+    return _runtime_score_fn(student_dir, "bf16" if dtype == "bfloat16" else "fp32", backend="torch")
 
 
 def artifact_score_fn(artifact_dir: str | Path, variant: str | None = None) -> Scoring:
     """An exported artifact scored in-process through ``serve.runtimes`` (the server's own runtime)."""
+    return _runtime_score_fn(artifact_dir, variant, backend="onnxruntime")
+
+
+def _runtime_score_fn(directory: str | Path, variant: str | None, backend: str) -> Scoring:
+    """Any ``serve.runtimes`` runtime (the server's own code) as a score function."""
     try:
         from serve.runtimes import load_runtime
     except ImportError as exc:
-        raise R3EdgeError(f"scoring an artifact needs serve.runtimes, which failed to import ({exc})",
-                          "install r3edge with the 'serve' extra, or evaluate the student directory with --student") from exc
-    runtime = load_runtime(artifact_dir, variant)
+        raise R3EdgeError(f"scoring through a runtime needs serve.runtimes, which failed to import ({exc})",
+                          "install r3edge with the 'serve' extra") from exc
+    runtime = load_runtime(directory, variant, backend=backend)
     scorer = runtime.scorer
 
     def fn(queries, documents):
         return score_pairs(scorer, runtime.label_logits, queries, documents)
 
-    return Scoring(f"artifact:{artifact_dir}:{variant or 'default'}", fn, scorer,
+    return Scoring(f"{backend}:{directory}:{variant or 'default'}", fn, scorer,
                    close=getattr(runtime, "close", lambda: None))
 
 

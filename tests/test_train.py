@@ -158,3 +158,15 @@ def test_cli_reports_errors_without_a_traceback(tmp_path, capsys):
     rc = main(["train", str(tmp_path / "missing"), "--student", str(TINY_STUDENT), "--out", str(tmp_path / "s")])
     assert rc == 2
     assert "does not exist" in capsys.readouterr().err
+
+
+def test_eval_gives_the_same_metrics_on_the_student_and_its_onnx_artifact(labels_dir, tiny_student, tiny_artifact):
+    """`r3edge eval --student` and `--artifact` go through the same runtimes the server uses."""
+    from distill.evaluate import artifact_score_fn, evaluate, torch_student_score_fn
+
+    torch_m = evaluate(labels_dir, torch_student_score_fn(tiny_student))
+    onnx_m = evaluate(labels_dir, artifact_score_fn(tiny_artifact, "fp32"))
+    for block in ("student_vs_gold", "student_vs_teacher"):
+        for key, value in torch_m[block].items():
+            if isinstance(value, float):
+                assert onnx_m[block][key] == pytest.approx(value, abs=1e-4), (block, key)
