@@ -23,6 +23,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from r3edge.errors import R3EdgeError
+from r3edge.fileio import atomic_write_text
 
 MANIFEST = "manifest.json"
 
@@ -61,10 +62,7 @@ def read_manifest(directory: str | Path) -> dict:
 
 
 def write_manifest(directory: str | Path, manifest: dict) -> None:
-    directory = Path(directory)
-    tmp = directory / (MANIFEST + ".tmp")
-    tmp.write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n")
-    os.replace(tmp, directory / MANIFEST)
+    atomic_write_text(Path(directory) / MANIFEST, json.dumps(manifest, indent=2, ensure_ascii=False) + "\n")
 
 
 def shard_paths(directory: str | Path) -> list[Path]:

@@ -14,6 +14,7 @@ from torch import nn
 
 from r3edge.config import StudentConfig
 from r3edge.errors import R3EdgeError
+from r3edge.fileio import partial_dir, publish_dir
 from r3edge.models import load_causal_lm, load_model, load_tokenizer
 from r3edge.scoring import DEFAULT_INSTRUCTION, PromptTemplate, Scorer
 
@@ -77,19 +78,9 @@ def save_student(lm: nn.Module, scorer: Scorer, out_dir: str | Path, extra_files
     The directory appears under its final name only once complete, so a killed run never leaves a
     student that a later stage would accept.
     """
-    out = Path(out_dir)
-    tmp = out.with_name(out.name + ".partial")
-    if tmp.exists():
-        import shutil
-
-        shutil.rmtree(tmp)
+    tmp = partial_dir(out_dir)
     lm.save_pretrained(str(tmp))
     scorer.save(tmp)
     for name, text in (extra_files or {}).items():
         (tmp / name).write_text(text)
-    if out.exists():
-        import shutil
-
-        shutil.rmtree(out)
-    tmp.replace(out)
-    return out
+    return publish_dir(tmp, out_dir)

@@ -13,7 +13,6 @@ variant's hard checks) passed, so a failed or killed export never leaves a direc
 from __future__ import annotations
 
 import json
-import shutil
 import time
 from pathlib import Path
 from typing import Sequence
@@ -22,6 +21,7 @@ from export.parity import ParityError, Tolerances, check_variant, load_pairs
 from export.quantize import PRESETS, VARIANTS, quantize
 from r3edge import __version__
 from r3edge.errors import R3EdgeError, require
+from r3edge.fileio import partial_dir, publish_dir
 from r3edge.scoring import SCORER_FILE, Scorer, plan_batches, score_pairs
 from serve.runtimes.base import INPUT_NAMES, MANIFEST_FILE, OUTPUT_NAME
 
@@ -132,10 +132,7 @@ def export_artifact(
             f"student directory {student_dir} has no {SCORER_FILE}",
             "export a directory written by `r3edge train` (it holds weights + scorer.json + tokenizer.json)",
         )
-    tmp = out.with_name(out.name + ".partial")
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    tmp.mkdir(parents=True)
+    tmp = partial_dir(out)
     timings: dict[str, float] = {}
 
     def stage(name: str, t0: float) -> None:
@@ -235,8 +232,6 @@ def export_artifact(
     report.update({"timings_s": timings, "quantization": quant, "manifest": manifest})
     (tmp / MANIFEST_FILE).write_text(json.dumps(manifest, indent=2) + "\n")
     (tmp / REPORT_FILE).write_text(json.dumps(report, indent=2, default=float) + "\n")
-    if out.exists():
-        shutil.rmtree(out)
-    tmp.replace(out)
+    publish_dir(tmp, out)
     log(f"[export] artifact {out} ({', '.join(names)}; default {default}) in {timings['total']} s")
     return out

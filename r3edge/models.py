@@ -18,11 +18,11 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from r3edge.errors import R3EdgeError, require
+from r3edge.fileio import publish_dir
 
 if TYPE_CHECKING:
     from r3edge.config import ModelSpec
@@ -83,9 +83,7 @@ def build_qwen25_tokenizer(out_dir: str | Path | None = None):
     fast.chat_template = CHATML_TEMPLATE
     tmp = out.with_name(out.name + f".tmp{os.getpid()}")
     fast.save_pretrained(str(tmp))
-    if out.exists():  # an incomplete cache (no tokenizer.json, checked above): replace it
-        shutil.rmtree(out)
-    tmp.replace(out)
+    publish_dir(tmp, out)  # replaces an incomplete cache (no tokenizer.json, checked above)
     return transformers.PreTrainedTokenizerFast.from_pretrained(str(out))
 
 

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Iterator
 
 from r3edge.errors import R3EdgeError
+from r3edge.fileio import atomic_write_text
 
 
 @dataclass
@@ -164,10 +165,4 @@ def iter_pairs(queries: list[QueryCandidates], n_aux: int = 3) -> Iterator[Pair]
 
 def write_queries(path: str | Path, queries: list[QueryCandidates]) -> None:
     """Write candidate-list JSONL atomically (a killed run never leaves a half file)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    with tmp.open("w", encoding="utf-8") as fh:
-        for q in queries:
-            fh.write(json.dumps(q.to_json(), ensure_ascii=False) + "\n")
-    tmp.replace(path)
+    atomic_write_text(path, "".join(json.dumps(q.to_json(), ensure_ascii=False) + "\n" for q in queries))

@@ -21,10 +21,10 @@ def configure(parser):
 
 def run(args) -> int:
     import json
-    from pathlib import Path
 
     from distill.evaluate import artifact_score_fn, evaluate, print_table, server_score_fn, torch_student_score_fn
     from r3edge.errors import R3EdgeError
+    from r3edge.fileio import atomic_write_text
 
     if args.variant and not args.artifact:
         raise R3EdgeError("--variant applies only to --artifact", "drop --variant, or evaluate an artifact with --artifact DIR")
@@ -40,10 +40,6 @@ def run(args) -> int:
         score_fn.close()
     print_table(result)
     if args.json:
-        out = Path(args.json)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = out.with_name(out.name + ".tmp")
-        tmp.write_text(json.dumps(result, indent=2) + "\n")
-        tmp.replace(out)
+        out = atomic_write_text(args.json, json.dumps(result, indent=2) + "\n")
         print(f"wrote {out}")
     return 0
