@@ -90,18 +90,26 @@ class TransformersBackend:
             ids, mask = self._pad(rows)
             t0 = time.perf_counter()
             with torch.inference_mode():
-                seqs = self.model.generate(
-                    input_ids=ids, attention_mask=mask, max_new_tokens=max_new_tokens,
-                    stopping_criteria=_transformers.StoppingCriteriaList([_TailStop(self.tokenizer, stop, ids.shape[1])] if stop else []),
-                )
+                res = self._generate(ids, mask, max_new_tokens, stop)
             share = (time.perf_counter() - t0) / len(rows)
-            new = seqs[:, ids.shape[1]:].tolist()
+            new = res.sequences[:, ids.shape[1]:].tolist()
             for j, i in enumerate(idx):
-                gen = new[j]
-                n = next((k + 1 for k, t in enumerate(gen) if t in self._stop_ids), len(gen))
-                text = self.tokenizer.decode(gen[:n], skip_special_tokens=True)
+                n, text = self._cut(new[j])
                 out[i] = Generation(text=text, prompt_tokens=len(rows[j]), completion_tokens=n, latency_s=share)
         return out  # type: ignore[return-value]
+
+    def _generate(self, ids, mask, max_new_tokens: int, stop: Sequence[str]):
+        return self.model.generate(
+            input_ids=ids, attention_mask=mask, max_new_tokens=max_new_tokens,
+            stopping_criteria=_transformers.StoppingCriteriaList(
+                [_TailStop(self.tokenizer, stop, ids.shape[1])] if stop else []),
+            return_dict_in_generate=True,
+        )
+
+    def _cut(self, gen: list[int]) -> tuple[int, str]:
+        """Generated tokens up to and including the first stop token, and their text."""
+        n = next((k + 1 for k, t in enumerate(gen) if t in self._stop_ids), len(gen))
+        return n, self.tokenizer.decode(gen[:n], skip_special_tokens=True)
 
     def generate_and_score(
         self, prompts: Sequence[str], max_new_tokens: int, stop: Sequence[str],
@@ -124,19 +132,13 @@ class TransformersBackend:
             ids, mask = self._pad(rows)
             t0 = time.perf_counter()
             with torch.inference_mode():
-                res = self.model.generate(
-                    input_ids=ids, attention_mask=mask, max_new_tokens=max_new_tokens,
-                    stopping_criteria=_transformers.StoppingCriteriaList(
-                        [_TailStop(self.tokenizer, stop, ids.shape[1])] if stop else []),
-                    return_dict_in_generate=True,
-                )
+                res = self._generate(ids, mask, max_new_tokens, stop)
                 new = res.sequences[:, ids.shape[1]:].tolist()
                 cached = res.sequences.shape[1] - 1  # the last generated token was never fed
                 texts, keep, tails = [], [], []
                 for j in range(len(rows)):
                     gen = new[j]
-                    n = next((k + 1 for k, t in enumerate(gen) if t in self._stop_ids), len(gen))
-                    text = self.tokenizer.decode(gen[:n], skip_special_tokens=True)
+                    n, text = self._cut(gen)
                     target = complete(text)
                     k = n
                     while k > 0:  # longest run of generated tokens that the completed text starts with
