@@ -20,12 +20,13 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from datasets import Dataset
-from transformers import Trainer, TrainingArguments
+from transformers import Trainer, TrainerCallback, TrainingArguments
 
 from distill.labels import read_labels, read_manifest
 from distill.student import LabelScorer, create_student, save_student
 from r3edge.config import StudentConfig, load_yaml
 from r3edge.errors import R3EdgeError
+from r3edge.progress import Progress
 from r3edge.scoring import Encoded, Scorer
 
 REPORT_FILE = "train_report.json"
@@ -46,6 +47,23 @@ class DistillCollator:
             "attention_mask": torch.from_numpy(mask),
             "teacher_probs": torch.tensor([f["teacher_probs"] for f in features], dtype=torch.float32),
         }
+
+
+class _ProgressCallback(TrainerCallback):
+    """Steps with rate, ETA and the latest loss, as plain lines (the demo and CI have no TTY)."""
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.bar = Progress(state.max_steps, "train")
+
+    def on_step_end(self, args, state, control, **kwargs):
+        self.bar.update()
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if logs and "loss" in logs:
+            self.bar.desc = f"train (loss {logs['loss']:.4f})"
+
+    def on_train_end(self, args, state, control, **kwargs):
+        self.bar.close()
 
 
 class DistillTrainer(Trainer):
@@ -165,6 +183,7 @@ def train_student(
             logging_steps=tp.logging_steps,
             logging_first_step=True,
             save_strategy="no",
+            disable_tqdm=True,  # progress comes from _ProgressCallback
             report_to=[],
             remove_unused_columns=False,
             dataloader_pin_memory=False,
@@ -172,7 +191,8 @@ def train_student(
             train_sampling_strategy="group_by_length",
             length_column_name="length",
         )
-        trainer = DistillTrainer(model=model, args=args, train_dataset=dataset, data_collator=DistillCollator(scorer))
+        trainer = DistillTrainer(model=model, args=args, train_dataset=dataset, data_collator=DistillCollator(scorer),
+                                 callbacks=[_ProgressCallback()])
         t0 = time.perf_counter()
         result = trainer.train()
         wall = time.perf_counter() - t0
