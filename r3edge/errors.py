@@ -32,5 +32,5 @@ def require(module: str, extra: str):
 
     try:
         return importlib.import_module(module)
-    except ImportError as exc:  # pragma: no cover - exercised only without the extra
+    except ImportError as exc:
         raise MissingExtraError(module, extra) from exc

@@ -39,3 +39,12 @@ def test_help_imports_no_heavy_stage_code():
            "print(sorted(m for m in ('torch', 'transformers', 'onnxruntime', 'grpc') if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_missing_extra_names_the_pip_install():
+    from r3edge.errors import MissingExtraError, require
+
+    with pytest.raises(MissingExtraError) as err:
+        require("r3edge_no_such_module", "serve")
+    assert "r3edge_no_such_module" in err.value.what
+    assert "pip install 'r3edge[serve]'" in err.value.fix and "torch==2.13.0" in err.value.fix
