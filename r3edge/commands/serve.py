@@ -10,31 +10,28 @@ from __future__ import annotations
 
 import argparse
 
-# name -> (type, help); defaults live in serve/config.py (ServeConfig) so there is one source.
-FLAGS: dict[str, tuple[type, str]] = {
-    "host": (str, "address to bind (default 127.0.0.1)"),
-    "port": (int, "port to bind, 0 = any free port (default 50051)"),
-    "variant": (str, "artifact variant: fp32, int8, ... (default: the manifest's)"),
-    "backend": (str, "onnxruntime (default) or torch (a student directory; imports torch)"),
-    "threads": (int, "intra-op threads of the runtime"),
-    "max_batch_tokens": (int, "padded-token budget per micro-batch (default 8192)"),
-    "max_batch_size": (int, "pairs per micro-batch at most (default 64)"),
-    "max_candidates": (int, "candidates per request at most (default 1000)"),
-    "max_concurrent_requests": (int, "requests scored at once (default 2)"),
-    "max_queued_requests": (int, "requests waiting for a slot; beyond -> RESOURCE_EXHAUSTED (default 32)"),
-    "max_message_mb": (int, "largest message in MiB (default 32)"),
-    "grace_period_s": (float, "seconds to drain in-flight requests on shutdown (default 10)"),
-}
+def _fields():
+    """Every ServeConfig field but the artifact: the flags are derived, so help and defaults live once."""
+    from serve.config import ServeConfig  # pydantic only: cheap enough for --help
+
+    return {name: f for name, f in ServeConfig.model_fields.items() if name != "artifact"}
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
+    from typing import Literal, get_args, get_origin
+
+    from serve.config import ServeConfig
+
     parser.add_argument("artifact", nargs="?", default=None,
                         help="artifact directory from `r3edge export` (env R3EDGE_ARTIFACT)")
     parser.add_argument("--config", default=None, help="YAML file of settings (configs/serve/default.yaml)")
-    for name, (typ, text) in FLAGS.items():
-        kw = {"choices": ["onnxruntime", "torch"]} if name == "backend" else {}
-        parser.add_argument(f"--{name.replace('_', '-')}", dest=name, type=typ, default=None,
-                            help=f"{text}; env R3EDGE_{name.upper()}", **kw)
+    for name, field in _fields().items():
+        # values stay strings here, as env values do; ServeConfig validates both the same way
+        kw = {"choices": list(get_args(field.annotation))} if get_origin(field.annotation) is Literal else {}
+        default = f" (default {field.default})" if field.default is not None else ""
+        # SUPPRESS: an absent flag is "not given" (env / YAML / ServeConfig decide), not a default of None
+        parser.add_argument(f"--{name.replace('_', '-')}", dest=name, default=argparse.SUPPRESS,
+                            help=f"{field.description}{default}; env {ServeConfig.env_name(name)}", **kw)
     parser.add_argument("--log-level", default="INFO", help="logging level")
 
 
@@ -45,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
     from serve.config import ServeConfig
 
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    flags = {name: getattr(args, name) for name in FLAGS}
+    flags = {name: getattr(args, name, None) for name in _fields()}
     flags["artifact"] = args.artifact
     cfg = ServeConfig.resolve(flags, config_file=args.config)
 
