@@ -87,8 +87,11 @@ def write_shard(directory: str | Path, records: list[dict]) -> Path:
     return final
 
 
-def read_labels(directory: str | Path, allow_partial: bool = False) -> pa.Table:
-    """All records of a labels directory; refuses an unfinished run unless ``allow_partial``."""
+def read_labels(directory: str | Path, allow_partial: bool = False, columns: list[str] | None = None) -> pa.Table:
+    """All records of a labels directory; refuses an unfinished run unless ``allow_partial``.
+
+    ``columns`` reads only those (a resume needs qid/docid, not every raw generation).
+    """
     directory = Path(directory)
     if not directory.is_dir():
         raise R3EdgeError(f"labels directory {directory} does not exist", "run `r3edge label` first")
@@ -99,7 +102,9 @@ def read_labels(directory: str | Path, allow_partial: bool = False) -> pa.Table:
             "re-run the same `r3edge label` command: it resumes where it stopped",
         )
     shards = shard_paths(directory)
-    table = pa.concat_tables([pq.read_table(p, schema=SCHEMA) for p in shards]) if shards else SCHEMA.empty_table()
+    schema = pa.schema([SCHEMA.field(c) for c in columns]) if columns else SCHEMA
+    table = (pa.concat_tables([pq.read_table(p, schema=SCHEMA, columns=columns) for p in shards])
+             if shards else schema.empty_table())
     if manifest.get("complete") and "n_pairs" in manifest and table.num_rows != manifest["n_pairs"]:
         raise R3EdgeError(
             f"labels in {directory} claim to be complete with {manifest['n_pairs']} pairs but hold {table.num_rows} rows",

@@ -99,7 +99,7 @@ def _prepare_dir(out: Path, identity: dict, overwrite: bool) -> set[tuple[str, s
         raise R3EdgeError(f"{out} holds labels from a different run ({detail})",
                           "pass --overwrite to discard them, or choose another --out directory")
     done: set[tuple[str, str]] = set()
-    table = read_labels(out, allow_partial=True)
+    table = read_labels(out, allow_partial=True, columns=["qid", "docid"])
     for qid, docid in zip(table.column("qid").to_pylist(), table.column("docid").to_pylist()):
         if (qid, docid) in done:
             raise R3EdgeError(f"{out}: pair ({qid}, {docid}) is labelled twice", "pass --overwrite to start over")
@@ -191,6 +191,7 @@ class _Run:
 
     def __init__(self, cfg: TeacherConfig, judge, backend, pairs_per_query: Counter):
         self.cfg, self.judge, self.backend = cfg, judge, backend
+        self.teacher_model = teacher_model_ref(cfg)
         self.pairs_per_query = pairs_per_query
         self.score_ids = backend.score_token_ids(judge.score_tokens, judge.score_open)
         self.intents: dict[str, _IntentResult] = {}
@@ -230,10 +231,15 @@ class _Run:
         pre = judge.reply_prefix
         prompts = [backend.render(judge.assess_messages(q.query, d, self.intents[q.qid].history)) + pre
                    for (q, _), d in zip(chunk, docs)]
+        repairs: dict[str, tuple[str, bool]] = {}  # the backend's completions, reused for the records
+
+        def complete(text: str) -> str:
+            repairs[text] = judge.repair(pre + text)
+            return repairs[text][0][len(pre):]
+
         gens, probs = backend.generate_and_score(
-            prompts, self.cfg.generation.assess_max_new_tokens, [judge.score_open],
-            lambda text: judge.repair(pre + text)[0][len(pre):], self.score_ids)
-        repaired = [judge.repair(pre + g.text) for g in gens]
+            prompts, self.cfg.generation.assess_max_new_tokens, [judge.score_open], complete, self.score_ids)
+        repaired = [repairs[g.text] for g in gens]
         records = []
         for k, ((q, c), doc, gen, (prefix, was_repaired)) in enumerate(zip(chunk, docs, gens, repaired)):
             native = int(probs[k].argmax())
@@ -242,7 +248,7 @@ class _Run:
             intent = self.intents[q.qid]
             records.append({
                 "qid": q.qid, "docid": c.docid, "query": q.query, "text": c.text, "gold": c.label,
-                "judge": judge.name, "teacher_model": teacher_model_ref(self.cfg), "prompt_hash": judge.prompt_hash,
+                "judge": judge.name, "teacher_model": self.teacher_model, "prompt_hash": judge.prompt_hash,
                 "probs": [float(x) for x in probs[k]], "score": judge.to_label(native),
                 "native_score": float(native), "native_scale": judge.native_scale,
                 # I_format over both rounds; a reply that needed repair is never well formed

@@ -146,7 +146,7 @@ def train_student(
     table = read_labels(labels_dir)  # refuses an unfinished labelling run
     manifest = read_manifest(labels_dir)
     if eval_labels_dir is not None:
-        read_labels(eval_labels_dir)  # fail now, not after training, if the held-out set is unusable
+        read_labels(eval_labels_dir, columns=["qid"])  # fail now, not after training, if the held-out set is unusable
     n_total = table.num_rows
     format_ok = np.asarray([bool(v) for v in table.column("format_ok").to_pylist()])
     n_ok = int(format_ok.sum())
