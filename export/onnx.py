@@ -22,7 +22,7 @@ from export.quantize import PRESETS, VARIANTS, quantize
 from r3edge import __version__
 from r3edge.errors import R3EdgeError, require
 from r3edge.fileio import partial_dir, publish_dir
-from r3edge.scoring import SCORER_FILE, Scorer, plan_batches, score_pairs
+from r3edge.scoring import SCORER_FILE, Scorer, plan_batches
 from serve.runtimes.base import INPUT_NAMES, MANIFEST_FILE, OUTPUT_NAME
 
 REPORT_FILE = "export_report.json"
@@ -119,6 +119,7 @@ def export_artifact(
     """Export, quantize and validate; returns the finished artifact directory."""
     torch = require("torch", "export")
     require("onnxscript", "export")
+    from distill.evaluate import lm_score_fn
     from distill.student import LabelScorer, load_student
 
     t_start = time.perf_counter()
@@ -167,9 +168,7 @@ def export_artifact(
     graph_check = check_no_vocab_projection(fp32_path, vocab, scorer.spec.n_labels)
 
     t0 = time.perf_counter()
-    with torch.no_grad():
-        ref = score_pairs(scorer, lambda i, m: model(torch.from_numpy(i), torch.from_numpy(m)).numpy(),
-                          queries, docs, max_batch_size=8)
+    ref = lm_score_fn(lm, scorer, max_batch_size=8)(queries, docs)  # the same torch path `r3edge eval` uses
     stage("torch_reference", t0)
 
     tol = Tolerances(atol=atol)
