@@ -10,12 +10,12 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Sequence
 
 import numpy as np
 
-from r3edge.pairs import QueryCandidates
+from r3edge.core.pairs import QueryCandidates
 
 
 def request_candidates(q: QueryCandidates, pad_to: int | None = None) -> list[tuple[str, str]]:
@@ -40,7 +40,7 @@ def percentiles(values_ms: Sequence[float]) -> dict:
 
 def collect_probs(target: str, queries: Sequence[QueryCandidates], timeout: float = 600.0) -> dict[tuple[str, str], list[float]]:
     """Every candidate's label probabilities, one top_k=0 Rerank per query (also warms the server)."""
-    from serve.client import RerankerClient
+    from r3edge.api.client import RerankerClient
 
     out: dict[tuple[str, str], list[float]] = {}
     with RerankerClient(target, timeout=timeout) as client:
@@ -55,8 +55,8 @@ def run_load(target: str, queries: Sequence[QueryCandidates], requests: int, con
     """Send ``requests`` Rerank calls (cycling through ``queries``) from ``concurrency`` threads."""
     import grpc
 
-    from r3edge.progress import Progress
-    from serve.client import RerankerClient
+    from r3edge.api.client import RerankerClient
+    from r3edge.core.progress import Progress
 
     payloads = [(q.query, request_candidates(q, pad_to)) for q in queries]
     latencies: list[float] = []

@@ -11,7 +11,7 @@ import platform
 import shutil
 import subprocess
 import sys
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from importlib import metadata
 
 PACKAGES = ("r3edge", "onnxruntime", "torch", "transformers", "numpy", "tokenizers", "grpcio", "protobuf")
@@ -70,5 +70,5 @@ def machine_info() -> dict:
         "python": sys.version.split()[0],
         "versions": versions,
         "gpus": _gpus(),
-        "timestamp": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "timestamp": datetime.now(UTC).isoformat(timespec="seconds"),
     }

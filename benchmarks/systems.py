@@ -1,34 +1,35 @@
-"""Benchmark systems side by side: each student variant (served in-process on a free port) or an
-external server, plus the teacher as estimated from its labelling records.
+"""Benchmark systems side by side: each student variant (served by a real `r3edge serve` process on
+a free port) or an external server, plus the teacher as estimated from its labelling records.
 
-Every student number comes through the real gRPC path (serialisation, validation, the server's
-batcher), so what is reported is what a client gets. Accuracy is measured on the held-back pairs
+Every student number comes through the real gRPC path (a separate server process, serialisation,
+validation, the server's micro-batching), so what is reported is what a client gets, and the
+benchmark never shares an interpreter (or a GIL) with the server it measures. Accuracy is measured on the held-back pairs
 against gold labels and, where teacher labels exist, against the teacher.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator, Sequence
 
 import numpy as np
 
-from benchmarks.load import collect_probs, percentiles, run_load
-from r3edge.errors import R3EdgeError
-from r3edge.pairs import QueryCandidates
+from r3edge.benchmarks.load import collect_probs, percentiles, run_load
+from r3edge.core.errors import R3EdgeError
+from r3edge.core.pairs import QueryCandidates
 
 REQUEST_SIZE = 100  # the teacher estimate is scaled to a top-100 request
 
 
 def _metrics():
-    from r3edge import metrics  # lazily: sklearn/scipy are only needed when reporting
+    from r3edge.core import metrics  # lazily: sklearn/scipy are only needed when reporting
 
     return metrics
 
 
-def teacher_probs(labels_dir: str | Path) -> tuple[dict[tuple[str, str], list[float]], "object"]:
-    from distill.labels import read_labels
+def teacher_probs(labels_dir: str | Path) -> tuple[dict[tuple[str, str], list[float]], object]:
+    from r3edge.core.labels import read_labels
 
     table = read_labels(labels_dir)
     cols = table.to_pydict()
@@ -103,29 +104,50 @@ def teacher_row(queries: Sequence[QueryCandidates], labels_dir: str | Path, labe
 
 
 @contextmanager
-def _served(artifact: str, variant: str | None, backend: str, threads: int | None, **limits) -> Iterator[str]:
-    from serve.config import ServeConfig
-    from serve.server import BackgroundServer
+def _served(artifact: str, variant: str | None, threads: int | None, **limits) -> Iterator[str]:
+    """Run `r3edge serve` in a child process on a free port; yield its address; stop it (SIGTERM)."""
+    import re
+    import subprocess
+    import sys
+    import threading
 
-    cfg = ServeConfig(artifact=str(artifact), variant=variant, backend=backend, threads=threads, port=0, **limits)
-    srv = BackgroundServer(cfg).start()
+    cmd = [sys.executable, "-m", "r3edge", "serve", str(artifact), "--host", "127.0.0.1", "--port", "0",
+           "--grace-period-s", "1"]
+    for name, value in {"variant": variant, "threads": threads, **limits}.items():
+        if value is not None:
+            cmd += [f"--{name.replace('_', '-')}", str(value)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
-        yield srv.target
+        seen = []
+        for line in proc.stdout:  # the server prints "serving ... on HOST:PORT" once it is SERVING
+            seen.append(line)
+            m = re.match(r"serving .* on (\S+:\d+)$", line.strip())
+            if m:
+                break
+        else:
+            raise R3EdgeError(f"`r3edge serve {artifact}` exited before serving:\n{''.join(seen[-20:])}",
+                              "run the same `r3edge serve` command by hand to see the error")
+        # keep draining its output so a chatty server never blocks on a full pipe
+        threading.Thread(target=proc.stdout.read, daemon=True).start()
+        yield m.group(1)
     finally:
-        srv.stop()
+        proc.terminate()
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
 
-def _variants_of(artifact: str, backend: str) -> list[str | None]:
-    if backend != "onnxruntime":
-        return [None]
-    from serve.runtimes.base import read_manifest
+def _variants_of(artifact: str) -> list[str | None]:
+    from r3edge.core.artifact import read_manifest
 
     return list(read_manifest(artifact)["variants"])
 
 
 def student_row(target: str, queries: Sequence[QueryCandidates], teacher: dict | None, *, requests: int,
                 concurrency: int, top_k: int, pad_to: int | None, system: str) -> dict:
-    from serve.client import RerankerClient
+    from r3edge.api.client import RerankerClient
 
     with RerankerClient(target) as client:
         client.wait_ready(300)
@@ -148,14 +170,14 @@ def student_row(target: str, queries: Sequence[QueryCandidates], teacher: dict |
 
 
 def bench_systems(queries: Sequence[QueryCandidates], *, artifact: str | None = None,
-                  variants: Sequence[str] | None = None, backend: str = "onnxruntime", threads: int | None = None,
+                  variants: Sequence[str] | None = None, threads: int | None = None,
                   target: str | None = None, labels_dir: str | None = None, requests: int = 20,
                   concurrency: int = 1, top_k: int = 10, pad_to: int | None = None, serve_limits: dict | None = None) -> dict:
     """Rows for every system plus the machine description; the caller writes the report."""
-    from benchmarks.machine import machine_info
+    from r3edge.benchmarks.machine import machine_info
 
     if (artifact is None) == (target is None):
-        raise R3EdgeError("give exactly one of --artifact (served in-process) or --target (a running server)",
+        raise R3EdgeError("give exactly one of --artifact (served by a child process) or --target (a running server)",
                           "e.g. r3edge bench --artifact runs/demo/artifact --pairs heldout.jsonl")
     teacher = teacher_probs(labels_dir)[0] if labels_dir else None
     kw = dict(requests=requests, concurrency=concurrency, top_k=top_k, pad_to=pad_to)
@@ -163,15 +185,15 @@ def bench_systems(queries: Sequence[QueryCandidates], *, artifact: str | None = 
     if target:
         rows.append(student_row(target, queries, teacher, system=f"server@{target}", **kw))
     else:
-        for variant in (list(variants) if variants else _variants_of(artifact, backend)):
-            with _served(artifact, variant, backend, threads, **(serve_limits or {})) as tgt:
-                rows.append(student_row(tgt, queries, teacher, system=f"student ({backend})", **kw))
+        for variant in (list(variants) if variants else _variants_of(artifact)):
+            with _served(artifact, variant, threads, **(serve_limits or {})) as tgt:
+                rows.append(student_row(tgt, queries, teacher, system="student (onnxruntime)", **kw))
     if labels_dir:
         label_values = rows[0].get("label_values") or (0.0, 1.0, 2.0)
         rows.append(teacher_row(queries, labels_dir, label_values))
     return {
         "machine": machine_info(),
-        "settings": {"artifact": artifact, "target": target, "backend": backend, "threads": threads,
+        "settings": {"artifact": artifact, "target": target, "threads": threads,
                      "labels_dir": labels_dir, "n_queries": len(queries),
                      "n_pairs": sum(len(q.candidates) for q in queries), **kw},
         "systems": rows,

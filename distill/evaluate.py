@@ -10,53 +10,19 @@ from __future__ import annotations
 
 import sys
 import time
-from dataclasses import dataclass, field
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Callable, Sequence, TextIO
+from typing import TextIO
 
 import numpy as np
 
-from distill.labels import read_labels, read_manifest
-from r3edge.errors import R3EdgeError
-from r3edge.metrics import agreement_metrics, relevance_metrics
-from r3edge.progress import Progress
-from r3edge.scoring import Scorer, score_pairs, softmax
+from r3edge.core.errors import R3EdgeError
+from r3edge.core.labels import read_labels, read_manifest
+from r3edge.core.metrics import agreement_metrics, relevance_metrics
+from r3edge.core.progress import Progress
+from r3edge.core.scoring import ScoreFn, Scorer, Scoring, score_pairs, softmax
 
-ScoreFn = Callable[[Sequence[str], Sequence[str]], np.ndarray]
 CHUNK = 256  # pairs per score_fn call: large enough to batch well, small enough for progress lines
-
-
-@dataclass
-class Scoring:
-    """A score function with what is needed to read its logits (label values) and to name it."""
-
-    name: str
-    fn: ScoreFn
-    scorer: Scorer | None = None
-    label_values: tuple[float, ...] | None = None
-    close: Callable[[], None] = field(default=lambda: None)
-
-    def __call__(self, queries: Sequence[str], documents: Sequence[str]) -> np.ndarray:
-        return self.fn(queries, documents)
-
-
-def lm_score_fn(lm, scorer: Scorer, *, max_batch_tokens: int = 8192, max_batch_size: int = 64, name: str = "torch") -> Scoring:
-    """Score with an in-memory causal LM through :class:`LabelScorer` (used right after training)."""
-    import torch
-
-    from distill.student import LabelScorer
-
-    graph = LabelScorer(lm, scorer.spec.label_token_ids).eval()
-    device = next(lm.parameters()).device  # after Trainer, the model may sit on a GPU
-
-    def run_batch(ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
-        with torch.no_grad():
-            return graph(torch.from_numpy(ids).to(device), torch.from_numpy(mask).to(device)).float().cpu().numpy()
-
-    def fn(queries, documents):
-        return score_pairs(scorer, run_batch, queries, documents, max_batch_tokens=max_batch_tokens, max_batch_size=max_batch_size)
-
-    return Scoring(name, fn, scorer)
 
 
 def torch_student_score_fn(student_dir: str | Path, *, dtype: str = "float32") -> Scoring:
@@ -65,17 +31,14 @@ def torch_student_score_fn(student_dir: str | Path, *, dtype: str = "float32") -
 
 
 def artifact_score_fn(artifact_dir: str | Path, variant: str | None = None) -> Scoring:
-    """An exported artifact scored in-process through ``serve.runtimes`` (the server's own runtime)."""
+    """An exported artifact scored in this process by ONNX Runtime (the runtime the server loads)."""
     return _runtime_score_fn(artifact_dir, variant, backend="onnxruntime")
 
 
 def _runtime_score_fn(directory: str | Path, variant: str | None, backend: str) -> Scoring:
-    """Any ``serve.runtimes`` runtime (the server's own code) as a score function."""
-    try:
-        from serve.runtimes import load_runtime
-    except ImportError as exc:
-        raise R3EdgeError(f"scoring through a runtime needs serve.runtimes, which failed to import ({exc})",
-                          "install r3edge with the 'serve' extra") from exc
+    """Any runtime of the artifact contract (ONNX artifact or torch student) as a score function."""
+    from r3edge.model.runtimes import load_runtime
+
     runtime = load_runtime(directory, variant, backend=backend)
     scorer = runtime.scorer
 
@@ -87,15 +50,15 @@ def _runtime_score_fn(directory: str | Path, variant: str | None, backend: str) 
 
 
 def server_score_fn(address: str, *, timeout: float = 120.0) -> Scoring:
-    """A running ``r3edge serve`` scored over gRPC: what clients get, including the server's batching.
+    """A running ``r3edge serve`` scored over gRPC: what clients get, including the server's micro-batching.
 
     The server returns label probabilities, not logits; their logs are logits up to a per-row
     constant, which softmax ignores, so every metric is unchanged.
     """
     try:
-        from serve.client import RerankerClient
+        from r3edge.api.client import RerankerClient
     except ImportError as exc:
-        raise R3EdgeError(f"scoring through a server needs serve.client, which failed to import ({exc})",
+        raise R3EdgeError(f"scoring through a server needs r3edge.api.client, which failed to import ({exc})",
                           "install r3edge with the 'serve' extra, or evaluate with --student / --artifact") from exc
     client = RerankerClient(address, timeout=timeout)
     client.wait_ready(timeout=timeout)

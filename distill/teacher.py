@@ -21,10 +21,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
-from distill.labels import read_labels, read_manifest, shard_paths, write_manifest, write_shard
-from r3edge.config import TeacherConfig, load_yaml
-from r3edge.errors import R3EdgeError
-from r3edge.pairs import Candidate, QueryCandidates, read_queries
+from r3edge.core.config import TeacherConfig, load_yaml
+from r3edge.core.errors import R3EdgeError
+from r3edge.core.labels import read_labels, read_manifest, shard_paths, write_manifest, write_shard
+from r3edge.core.pairs import Candidate, QueryCandidates, read_queries
 
 # Manifest fields that define what the labels mean; any difference on resume is a different run.
 IDENTITY_KEYS = (
@@ -119,8 +119,8 @@ def label_pairs(
     stream: TextIO | None = None,
 ) -> Path:
     """Label the pairs with the configured teacher into ``out_dir`` (resumable); returns ``out_dir``."""
-    from distill.judges import get_judge
-    from r3edge.progress import Progress
+    from r3edge.core.progress import Progress
+    from r3edge.distill.judges import get_judge
 
     stream = stream if stream is not None else sys.stderr
     if shard_size < 1:
@@ -168,7 +168,7 @@ def label_pairs(
         write_manifest(out, manifest)
         print(f"label: {len(plan)} pairs ({len(done)} already done), teacher {cfg.name} "
               f"[{identity['teacher_model']}], judge {judge.name}; loading the teacher...", file=stream, flush=True)
-        from distill.backends import load_backend
+        from r3edge.distill.backends import load_backend
 
         run = _Run(cfg, judge, load_backend(cfg), Counter(q.qid for q, _ in plan))
         progress = Progress(len(plan), "label", stream=stream, initial=len(done))

@@ -1,9 +1,9 @@
 """Distil teacher labels into a student trained on the label-token logits only.
 
 The student never sees the teacher's reasoning and never projects the full vocabulary: the loss is
-KL(teacher probs ‖ softmax(label logits)) on :class:`~distill.student.LabelScorer`, the same graph
+KL(teacher probs ‖ softmax(label logits)) on :class:`~r3edge.model.student.LabelScorer`, the same graph
 that export traces and the server runs, so what is optimised is exactly what is served. Inputs are
-formatted only by the :class:`~r3edge.scoring.Scorer` fixed when the student is created, and that
+formatted only by the :class:`~r3edge.core.scoring.Scorer` fixed when the student is created, and that
 scorer is saved with the weights.
 """
 
@@ -22,12 +22,12 @@ import torch.nn.functional as F
 from datasets import Dataset
 from transformers import Trainer, TrainerCallback, TrainingArguments
 
-from distill.labels import read_labels, read_manifest
-from distill.student import LabelScorer, create_student, save_student
-from r3edge.config import StudentConfig, load_yaml
-from r3edge.errors import R3EdgeError
-from r3edge.progress import Progress
-from r3edge.scoring import Encoded, Scorer
+from r3edge.core.config import StudentConfig, load_yaml
+from r3edge.core.errors import R3EdgeError
+from r3edge.core.labels import read_labels, read_manifest
+from r3edge.core.progress import Progress
+from r3edge.core.scoring import Encoded, Scorer
+from r3edge.model.student import LabelScorer, create_student, save_student
 
 REPORT_FILE = "train_report.json"
 PROB_TOLERANCE = 1e-3
@@ -224,7 +224,8 @@ def train_student(
     # Save first: a failing evaluation must never throw the trained weights away.
     out = save_student(lm, scorer, out_dir, extra_files={REPORT_FILE: _report_json(report)})
     if eval_labels_dir is not None:
-        from distill.evaluate import evaluate, lm_score_fn
+        from r3edge.distill.evaluate import evaluate
+        from r3edge.model.student import lm_score_fn
 
         report["eval"] = evaluate(eval_labels_dir, lm_score_fn(lm, scorer), scorer=scorer)
         (out / REPORT_FILE).write_text(_report_json(report))

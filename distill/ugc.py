@@ -18,7 +18,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from r3edge.pairs import Candidate, QueryCandidates
+from r3edge.core.pairs import Candidate, QueryCandidates
 
 
 @dataclass(frozen=True)

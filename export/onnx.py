@@ -14,16 +14,16 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
-from export.parity import ParityError, Tolerances, check_variant, load_pairs
-from export.quantize import PRESETS, VARIANTS, quantize
 from r3edge import __version__
-from r3edge.errors import R3EdgeError, require
-from r3edge.fileio import partial_dir, publish_dir
-from r3edge.scoring import SCORER_FILE, Scorer, plan_batches
-from serve.runtimes.base import INPUT_NAMES, MANIFEST_FILE, OUTPUT_NAME
+from r3edge.core.artifact import INPUT_NAMES, OUTPUT_NAME, write_manifest
+from r3edge.core.errors import R3EdgeError, require
+from r3edge.core.fileio import partial_dir, publish_dir
+from r3edge.core.scoring import SCORER_FILE, Scorer, plan_batches
+from r3edge.export.parity import ParityError, Tolerances, check_variant, load_pairs
+from r3edge.export.quantize import PRESETS, VARIANTS, quantize
 
 REPORT_FILE = "export_report.json"
 
@@ -60,7 +60,7 @@ def check_no_vocab_projection(model_path: Path, vocab_size: int, n_labels: int) 
     outs = [(o.name, [d.dim_value or d.dim_param for d in o.type.tensor_type.shape.dim]) for o in g.output]
     if [name for name, _ in outs] != [OUTPUT_NAME] or len(outs[0][1]) != 2 or outs[0][1][1] != n_labels:
         raise R3EdgeError(f"exported graph outputs {outs}, expected [{OUTPUT_NAME} [batch, {n_labels}]]",
-                          "export through distill.student.LabelScorer")
+                          "export through r3edge.model.student.LabelScorer")
     ins = {i.name: i.type.tensor_type.elem_type for i in g.input}
     if any(ins.get(n) != onnx.TensorProto.INT64 for n in INPUT_NAMES):
         raise R3EdgeError(f"exported graph inputs {ins}, expected int64 {INPUT_NAMES}", "export through LabelScorer")
@@ -119,8 +119,7 @@ def export_artifact(
     """Export, quantize and validate; returns the finished artifact directory."""
     torch = require("torch", "export")
     require("onnxscript", "export")
-    from distill.evaluate import lm_score_fn
-    from distill.student import LabelScorer, load_student
+    from r3edge.model.student import LabelScorer, lm_score_fn, load_student
 
     t_start = time.perf_counter()
     student_dir, out = Path(student_dir), Path(out_dir)
@@ -213,7 +212,6 @@ def export_artifact(
         log(f"[export] WARNING: default variant {default} was rejected; default is fp32")
         default = "fp32"
     manifest = {
-        "format": "r3edge-artifact/1",
         "variants": {n: variant_file(n) for n in names},
         "default": default,
         "n_labels": scorer.spec.n_labels,
@@ -222,14 +220,14 @@ def export_artifact(
         "inputs": list(INPUT_NAMES),
         "output": OUTPUT_NAME,
         "quantization": {n: quant[n]["preset"] for n in quant if n in names},
-        "student_dir": str(student_dir.resolve()),
+        "student": student_dir.resolve().name,  # a name for people; artifacts hold no local paths
         "r3edge_version": __version__,
         "torch_version": torch.__version__,
         "onnxruntime_version": require("onnxruntime", "export").__version__,
     }
     timings["total"] = round(time.perf_counter() - t_start, 2)
     report.update({"timings_s": timings, "quantization": quant, "manifest": manifest})
-    (tmp / MANIFEST_FILE).write_text(json.dumps(manifest, indent=2) + "\n")
+    write_manifest(tmp, manifest)
     (tmp / REPORT_FILE).write_text(json.dumps(report, indent=2, default=float) + "\n")
     publish_dir(tmp, out)
     log(f"[export] artifact {out} ({', '.join(names)}; default {default}) in {timings['total']} s")

@@ -17,15 +17,15 @@ Thresholds (why they differ):
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Callable, Sequence
 
 import numpy as np
 from scipy.stats import kendalltau, spearmanr
 
-from r3edge.errors import R3EdgeError
-from r3edge.scoring import Scorer, score_pairs
+from r3edge.core.errors import R3EdgeError
+from r3edge.core.scoring import Scorer, score_pairs
 
 RunBatch = Callable[[np.ndarray, np.ndarray], np.ndarray]
 
@@ -74,10 +74,10 @@ def load_pairs(calib_pairs: str | Path | None, limit: int) -> tuple[list[str], l
         pairs = BUILTIN_PAIRS[:limit]
         source = "builtin"
     else:
-        from r3edge.pairs import read_queries
+        from r3edge.core.pairs import read_queries
 
         pairs = [(q.query, c.text) for q in read_queries(calib_pairs) for c in q.candidates][:limit]
-        source = str(calib_pairs)
+        source = Path(calib_pairs).name  # a name, not a path: artifacts hold no local paths
         if not pairs:
             raise R3EdgeError(f"{calib_pairs} holds no pairs", "pass a pairs file with candidates")
     return [p[0] for p in pairs], [p[1] for p in pairs], source

@@ -13,7 +13,7 @@ Measured on SmolLM2-135M (untrained scorer, 16 built-in pairs, 2 loaded cores): 
 (massive activation outliers make MinMax ranges coarse), so export rejects it there;
 ``int8-weight`` was 0.5 logits / 0.02 score off, batch invariant (3e-6), but 1.6x slower than
 fp32 on CPU. On the tiny test Qwen2, static ``int8`` is exactly batch invariant. A parity
-failure of a quantized variant drops that variant from the artifact (see export.onnx).
+failure of a quantized variant drops that variant from the artifact (see r3edge.export.onnx).
 
 Static QDQ is row-independent on paper, yet on the trained demo student (SmolLM2, 8 layers) a
 pair's score moved by up to 0.087 between alone and a left-padded batch (5 of 300 held-out
@@ -36,13 +36,13 @@ scores 0.29-0.54): judge ``int8`` on ranking quality before making it a default.
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Iterable
 
 import numpy as np
 
-from r3edge.errors import R3EdgeError
+from r3edge.core.errors import R3EdgeError
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ import importlib
 import sys
 
 from r3edge import __version__
-from r3edge.errors import R3EdgeError
+from r3edge.core.errors import R3EdgeError
 
 COMMANDS = {
     "pairs": "write the embedded demo pairs (UGC-style queries, noisy posts, graded 0/1/2)",

@@ -9,12 +9,14 @@ flags alone. ``max_candidates`` defaults to 1000: a reranker that rejects top-10
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal, Mapping
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from r3edge.errors import R3EdgeError
+from r3edge.core.config import resolve_config
+from r3edge.core.errors import R3EdgeError
 
 ENV_PREFIX = "R3EDGE_"
 
@@ -22,11 +24,10 @@ ENV_PREFIX = "R3EDGE_"
 class ServeConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    artifact: str = Field(description="artifact directory (or student directory with --backend torch)")
+    artifact: str = Field(description="artifact directory written by `r3edge export`")
     host: str = Field("127.0.0.1", description="address to bind; 0.0.0.0 to listen on all interfaces")
     port: int = Field(50051, ge=0, le=65535, description="port to bind; 0 picks a free one")
     variant: str | None = Field(None, description="model variant in the artifact (fp32, int8, ...); default: the manifest's")
-    backend: Literal["onnxruntime", "torch"] = Field("onnxruntime", description="scoring runtime")
     threads: int | None = Field(None, ge=1, description="intra-op threads of the runtime")
     max_batch_tokens: int = Field(8192, ge=1, description="padded-token budget of one micro-batch")
     max_batch_size: int = Field(64, ge=1, description="pairs in one micro-batch at most")
@@ -42,16 +43,14 @@ class ServeConfig(BaseModel):
 
     @classmethod
     def resolve(cls, flags: Mapping[str, Any], env: Mapping[str, str] | None = None,
-                config_file: str | Path | None = None) -> "ServeConfig":
+                config_file: str | Path | None = None) -> ServeConfig:
         """Merge file, environment and flags (``None`` flags mean "not given")."""
         env = os.environ if env is None else env
         values: dict[str, Any] = {}
         if config_file:
             import yaml
 
-            path = Path(config_file)
-            if not path.is_file():
-                raise R3EdgeError(f"serve config {path} does not exist", "pass a YAML file like configs/serve/default.yaml")
+            path = resolve_config(config_file, "serve")
             values.update(yaml.safe_load(path.read_text()) or {})
         for name in cls.model_fields:
             if cls.env_name(name) in env:

@@ -1,6 +1,6 @@
 """The gRPC reranking server (grpc.aio): Rerank, ScorePairs, ModelInfo, health and reflection.
 
-Scoring runs in a worker thread through :func:`r3edge.scoring.score_pairs` (the one formatter and
+Scoring runs in a worker thread through :func:`r3edge.core.scoring.score_pairs` (the one formatter and
 batcher), so the event loop keeps answering health checks and shedding load while a top-100
 request is being scored. Admission is bounded: at most ``max_concurrent_requests`` score at once
 and ``max_queued_requests`` wait; anything beyond is refused at once with RESOURCE_EXHAUSTED, so
@@ -17,31 +17,50 @@ import logging
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 
 import grpc
 import numpy as np
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from r3edge.errors import R3EdgeError
-from r3edge.scoring import score_pairs
-from serve.config import ServeConfig
-from serve.proto import SERVICE_NAME, pb2, pb2_grpc
+from r3edge.api import SERVICE_NAME, pb2, pb2_grpc
+from r3edge.core.errors import (
+    Cancelled,
+    DeadlineExceeded,
+    ErrorKind,
+    InvalidInput,
+    Overloaded,
+    R3EdgeError,
+    Unavailable,
+)
+from r3edge.core.onnx_runtime import OnnxRuntime
+from r3edge.core.scoring import score_pairs
+from r3edge.serve.config import ServeConfig
 
 log = logging.getLogger("r3edge.serve")
 
+#: The one place an error becomes a gRPC status: by its kind, never by its message.
+STATUS_OF: dict[ErrorKind, grpc.StatusCode] = {
+    ErrorKind.INVALID_INPUT: grpc.StatusCode.INVALID_ARGUMENT,
+    ErrorKind.NOT_FOUND: grpc.StatusCode.NOT_FOUND,
+    ErrorKind.FORMAT: grpc.StatusCode.FAILED_PRECONDITION,
+    ErrorKind.MISSING_DEPENDENCY: grpc.StatusCode.FAILED_PRECONDITION,
+    ErrorKind.OVERLOADED: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    ErrorKind.UNAVAILABLE: grpc.StatusCode.UNAVAILABLE,
+    ErrorKind.CANCELLED: grpc.StatusCode.CANCELLED,
+    ErrorKind.DEADLINE: grpc.StatusCode.DEADLINE_EXCEEDED,
+    ErrorKind.CONFLICT: grpc.StatusCode.ABORTED,
+    ErrorKind.QUALITY: grpc.StatusCode.INTERNAL,
+}
 
-class _Stopped(Exception):
-    """Raised inside the scoring thread when the request was cancelled or ran out of time."""
 
-    def __init__(self, code: grpc.StatusCode, message: str):
-        super().__init__(message)
-        self.code = code
-        self.message = message
+def status_of(exc: R3EdgeError) -> tuple[grpc.StatusCode, str]:
+    """The status code and the client-facing message of an error."""
+    return STATUS_OF[exc.kind], exc.what + (f"; fix: {exc.fix}" if exc.fix else "")
 
 
 @dataclass
@@ -54,16 +73,14 @@ class Scored:
     inference_ms: float
     total_ms: float
 
-    def timing(self) -> "pb2.Timing":
+    def timing(self) -> pb2.Timing:
         return pb2.Timing(queue_ms=self.queue_ms, tokenize_ms=self.tokenize_ms,
                           inference_ms=self.inference_ms, total_ms=self.total_ms)
 
 
-def load_runtime_for(cfg: ServeConfig):
-    """The runtime named by the config (torch is imported only for ``backend='torch'``)."""
-    from serve.runtimes import load_runtime
-
-    return load_runtime(cfg.artifact, variant=cfg.variant, threads=cfg.threads, backend=cfg.backend)
+def load_runtime_for(cfg: ServeConfig) -> OnnxRuntime:
+    """The artifact's ONNX Runtime session named by the config (the server never runs torch)."""
+    return OnnxRuntime(cfg.artifact, variant=cfg.variant, threads=cfg.threads)
 
 
 class RerankerService(pb2_grpc.RerankerServicer):
@@ -83,32 +100,32 @@ class RerankerService(pb2_grpc.RerankerServicer):
         self.model_name = f"{Path(self.cfg.artifact).name}:{self.variant}" if self.variant else Path(self.cfg.artifact).name
 
     # -- validation ---------------------------------------------------------------------------
-    def _check_texts(self, query: str, texts: Sequence[str], field: str, text_field: str) -> str | None:
+    def _check_texts(self, query: str, texts: Sequence[str], field: str, text_field: str) -> None:
         if not query.strip():
-            return "query is empty"
+            raise InvalidInput("query is empty", "send the user's query text", field="query")
         if not texts:
-            return f"{field} is empty: send at least one"
+            raise InvalidInput(f"{field} is empty: send at least one", field=field)
         if len(texts) > self.cfg.max_candidates:
-            return f"{field} has {len(texts)} entries, over max_candidates={self.cfg.max_candidates}"
+            raise InvalidInput(f"{field} has {len(texts)} entries, over max_candidates={self.cfg.max_candidates}",
+                               "split the request, or start the server with a larger --max-candidates", field=field)
         for i, t in enumerate(texts):
             if not t.strip():
-                return f"{field}[{i}]{text_field} is empty"
-        return None
+                raise InvalidInput(f"{field}[{i}]{text_field} is empty", "drop empty candidates before sending",
+                                   field=f"{field}[{i}]{text_field}")
 
-    def _check_rerank(self, req) -> str | None:
+    def _check_rerank(self, req) -> None:
         if req.top_k < 0:
-            return f"top_k is {req.top_k}: use 0 for all candidates or a positive number"
-        bad = self._check_texts(req.query, [c.text for c in req.candidates], "candidates", ".text")
-        if bad:
-            return bad
+            raise InvalidInput(f"top_k is {req.top_k}: use 0 for all candidates or a positive number", field="top_k")
+        self._check_texts(req.query, [c.text for c in req.candidates], "candidates", ".text")
         seen: dict[str, int] = {}
         for i, c in enumerate(req.candidates):
             if not c.id:
-                return f"candidates[{i}].id is empty"
+                raise InvalidInput(f"candidates[{i}].id is empty", "give every candidate a unique id",
+                                   field=f"candidates[{i}].id")
             if c.id in seen:
-                return f"candidates[{i}].id {c.id!r} duplicates candidates[{seen[c.id]}].id"
+                raise InvalidInput(f"candidates[{i}].id {c.id!r} duplicates candidates[{seen[c.id]}].id",
+                                   "give every candidate a unique id", field=f"candidates[{i}].id")
             seen[c.id] = i
-        return None
 
     # -- scoring ------------------------------------------------------------------------------
     def _score_sync(self, query: str, docs: list[str], cancel: threading.Event, deadline: float | None) -> Scored:
@@ -118,9 +135,9 @@ class RerankerService(pb2_grpc.RerankerServicer):
         def run_batch(ids, mask):
             nonlocal infer
             if cancel.is_set():
-                raise _Stopped(grpc.StatusCode.CANCELLED, "request cancelled")
+                raise Cancelled("request cancelled")
             if deadline is not None and time.monotonic() > deadline:
-                raise _Stopped(grpc.StatusCode.DEADLINE_EXCEEDED, "deadline exceeded while scoring")
+                raise DeadlineExceeded("deadline exceeded while scoring", "send a longer deadline or fewer candidates")
             t = time.perf_counter()
             out = runtime.label_logits(ids, mask)
             infer += time.perf_counter() - t
@@ -137,13 +154,12 @@ class RerankerService(pb2_grpc.RerankerServicer):
                       (total - infer) * 1e3, infer * 1e3, total * 1e3)
 
     async def _score(self, context, query: str, docs: list[str]) -> Scored:
-        if self.runtime is None:
-            await context.abort(grpc.StatusCode.UNAVAILABLE, "model is still loading; retry after health is SERVING")
+        self._check_ready()
         if self._admitted >= self._limit:
-            await context.abort(
-                grpc.StatusCode.RESOURCE_EXHAUSTED,
+            raise Overloaded(
                 f"server busy: {self._admitted} requests in flight or queued (max_concurrent_requests="
-                f"{self.cfg.max_concurrent_requests} + max_queued_requests={self.cfg.max_queued_requests}); retry later",
+                f"{self.cfg.max_concurrent_requests} + max_queued_requests={self.cfg.max_queued_requests})",
+                "retry later with backoff",
             )
         self._admitted += 1
         t_arrive = time.perf_counter()
@@ -152,7 +168,7 @@ class RerankerService(pb2_grpc.RerankerServicer):
                 queue_ms = (time.perf_counter() - t_arrive) * 1e3
                 remaining = context.time_remaining()
                 if remaining is not None and remaining <= 0:
-                    await context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, "deadline exceeded while queued")
+                    raise DeadlineExceeded("deadline exceeded while queued", "retry later or with a longer deadline")
                 deadline = time.monotonic() + remaining if remaining is not None else None
                 cancel = threading.Event()
                 fut = asyncio.get_running_loop().run_in_executor(
@@ -166,21 +182,27 @@ class RerankerService(pb2_grpc.RerankerServicer):
                     with contextlib.suppress(BaseException):
                         await fut
                     raise
-                except _Stopped as exc:
-                    await context.abort(exc.code, exc.message)
-                except R3EdgeError as exc:
-                    msg = exc.what if exc.what.startswith("query") else f"request: {exc.what}"
-                    await context.abort(grpc.StatusCode.INVALID_ARGUMENT, msg)
         finally:
             self._admitted -= 1
         scored.queue_ms = queue_ms
         return scored
 
-    # -- RPCs ---------------------------------------------------------------------------------
+    def _check_ready(self) -> None:
+        if self.runtime is None:
+            raise Unavailable("model is still loading", "retry after health reports SERVING")
+
+    # -- RPCs: each raises typed errors; _rpc turns them into a status via STATUS_OF -------------
     async def Rerank(self, request, context):
-        bad = self._check_rerank(request)
-        if bad:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, bad)
+        return await _rpc(context, self._rerank(request, context))
+
+    async def ScorePairs(self, request, context):
+        return await _rpc(context, self._score_pairs(request, context))
+
+    async def ModelInfo(self, request, context):
+        return await _rpc(context, self._model_info())
+
+    async def _rerank(self, request, context):
+        self._check_rerank(request)
         cands = request.candidates
         s = await self._score(context, request.query, [c.text for c in cands])
         order = sorted(range(len(cands)), key=lambda i: (-s.scores[i], i))
@@ -191,18 +213,15 @@ class RerankerService(pb2_grpc.RerankerServicer):
         return pb2.RerankResponse(results=results, model=self.model_name, timing=s.timing(),
                                   truncated_docs=s.truncated_docs)
 
-    async def ScorePairs(self, request, context):
-        bad = self._check_texts(request.query, list(request.documents), "documents", "")
-        if bad:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, bad)
+    async def _score_pairs(self, request, context):
+        self._check_texts(request.query, list(request.documents), "documents", "")
         s = await self._score(context, request.query, list(request.documents))
         scores = [pb2.PairScore(score=float(s.scores[i]), label_probs=s.probs[i].tolist()) for i in range(len(s.scores))]
         return pb2.ScorePairsResponse(scores=scores, model=self.model_name, timing=s.timing(),
                                       truncated_docs=s.truncated_docs)
 
-    async def ModelInfo(self, request, context):
-        if self.runtime is None:
-            await context.abort(grpc.StatusCode.UNAVAILABLE, "model is still loading")
+    async def _model_info(self):
+        self._check_ready()
         spec = self.runtime.scorer.spec
         info = self.runtime.info()
         cfg = self.cfg
@@ -217,6 +236,15 @@ class RerankerService(pb2_grpc.RerankerServicer):
             torch_loaded="torch" in sys.modules,
             runtime_info_json=json.dumps(info, default=str),
         )
+
+
+async def _rpc(context, call):
+    """Await an RPC body; a typed error aborts with its status (the only place RPCs abort)."""
+    try:
+        return await call
+    except R3EdgeError as exc:
+        code, message = status_of(exc)
+        await context.abort(code, message)
 
 
 class RerankServer:
@@ -247,7 +275,7 @@ class RerankServer:
         address = f"{self.cfg.host}:{self.cfg.port}"
         self.port = self._server.add_insecure_port(address)
         if not self.port:
-            raise R3EdgeError(f"cannot bind {address}", "pick a free --port (or 0 for any)")
+            raise Unavailable(f"cannot bind {address}", "pick a free --port (or 0 for any)", field="port")
         for svc in ("", SERVICE_NAME):
             await self.health.set(svc, health_pb2.HealthCheckResponse.NOT_SERVING)
         await self._server.start()
@@ -305,7 +333,7 @@ class BackgroundServer:
         self._thread = threading.Thread(target=self._loop.run_forever, name="r3edge-server", daemon=True)
         self.server: RerankServer | None = None
 
-    def start(self, timeout: float = 300) -> "BackgroundServer":
+    def start(self, timeout: float = 300) -> BackgroundServer:
         self._thread.start()
 
         async def _start():
@@ -334,7 +362,7 @@ class BackgroundServer:
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(10)
 
-    def __enter__(self) -> "BackgroundServer":
+    def __enter__(self) -> BackgroundServer:
         return self.start()
 
     def __exit__(self, *exc) -> None:

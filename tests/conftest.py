@@ -30,7 +30,8 @@ SAMPLE_QUERIES = [
         "qid": "q2",
         "query": "how to renew residence permit qatar",
         "candidates": [
-            {"docid": "e1", "text": "Renew your RP online via Metrash2: upload passport, pay 500 QR, done in 2 days ✅", "label": 2, "rank": 1},
+            {"docid": "e1", "text": "Renew your RP online via Metrash2: upload passport, pay 500 QR, done in 2 days ✅",
+             "label": 2, "rank": 1},
             {"docid": "e2", "text": "My company PRO handled my RP, no idea how it works tbh", "label": 1, "rank": 2},
             {"docid": "e3", "text": "Beach day at Sealine 🌊☀️ #weekend #qatar " * 5, "label": 0, "rank": 3},
         ],
@@ -48,8 +49,8 @@ def sample_pairs_file(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def tiny_student(tmp_path_factory):
     """An untrained tiny Qwen2 student saved as a real student directory (weights + scorer.json)."""
-    from distill.student import create_student, save_student
-    from r3edge.config import StudentConfig, load_yaml
+    from r3edge.core.config import StudentConfig, load_yaml
+    from r3edge.model.student import create_student, save_student
 
     lm, scorer = create_student(load_yaml(TINY_STUDENT, StudentConfig))
     out = save_student(lm, scorer, tmp_path_factory.mktemp("student") / "student")
@@ -65,7 +66,7 @@ def free_port() -> int:
 @pytest.fixture(scope="session")
 def tiny_artifact(tiny_student, tmp_path_factory) -> Path:
     """The tiny student exported once per session (fp32 + int8 ONNX), for the server and benchmarks."""
-    from export.onnx import export_artifact
+    from r3edge.export.onnx import export_artifact
 
     return export_artifact(tiny_student, tmp_path_factory.mktemp("artifact") / "artifact",
                            variants=("fp32", "int8"), calib_pairs=None, log=lambda *a, **k: None)

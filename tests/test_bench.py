@@ -1,20 +1,21 @@
-"""Benchmarks end to end: in-process servers on the tiny artifact, teacher labels, report files."""
+"""Benchmarks end to end: `r3edge serve` child processes on the tiny artifact, teacher labels, report files."""
 
 from __future__ import annotations
 
 import json
 
 import pytest
-
 from conftest import SAMPLE_QUERIES
+
+pytestmark = pytest.mark.slow  # real models: see `make test-fast` for the torch-free tier
 
 TEACHER_PAIR_S = 2.0
 
 
 @pytest.fixture(scope="module")
 def labels_dir(tmp_path_factory):
-    """A real labels directory (written by distill.labels) with teacher soft labels and latencies."""
-    from distill.labels import write_manifest, write_shard
+    """A real labels directory (written by r3edge.core.labels) with teacher soft labels and latencies."""
+    from r3edge.core.labels import write_manifest, write_shard
 
     out = tmp_path_factory.mktemp("labels")
     records = []
@@ -70,8 +71,8 @@ def test_bench_cli_writes_results_report_and_plot(tiny_artifact, sample_pairs_fi
 
 
 def test_request_candidates_only_pads_when_asked():
-    from benchmarks.load import request_candidates
-    from r3edge.pairs import Candidate, QueryCandidates
+    from r3edge.benchmarks.load import request_candidates
+    from r3edge.core.pairs import Candidate, QueryCandidates
 
     q = QueryCandidates("q", "query", [Candidate(f"d{i}", f"text {i}") for i in range(3)])
     assert request_candidates(q) == [("d0", "text 0"), ("d1", "text 1"), ("d2", "text 2")]
@@ -82,10 +83,10 @@ def test_request_candidates_only_pads_when_asked():
 
 def test_run_load_counts_failures_by_code(tiny_artifact):
     """An overloaded or rejecting server must show up as errors, not as fast requests."""
-    from benchmarks.load import run_load
-    from r3edge.pairs import Candidate, QueryCandidates
-    from serve.config import ServeConfig
-    from serve.server import BackgroundServer
+    from r3edge.benchmarks.load import run_load
+    from r3edge.core.pairs import Candidate, QueryCandidates
+    from r3edge.serve.config import ServeConfig
+    from r3edge.serve.server import BackgroundServer
 
     bad = QueryCandidates("q", "why " * 200, [Candidate("d", "text")])  # over max_query_tokens
     good = QueryCandidates("g", "bank in doha", [Candidate("d", "text")])
@@ -95,9 +96,9 @@ def test_run_load_counts_failures_by_code(tiny_artifact):
 
 
 def test_bench_needs_exactly_one_system(sample_pairs_file):
-    from benchmarks.systems import bench_systems
-    from r3edge.errors import R3EdgeError
-    from r3edge.pairs import read_queries
+    from r3edge.benchmarks.systems import bench_systems
+    from r3edge.core.errors import R3EdgeError
+    from r3edge.core.pairs import read_queries
 
     with pytest.raises(R3EdgeError, match="exactly one"):
         bench_systems(read_queries(sample_pairs_file))

@@ -9,10 +9,11 @@ import sys
 
 import numpy as np
 import pytest
-
-from r3edge.errors import R3EdgeError
-
 from conftest import ROOT, SAMPLE_QUERIES
+
+from r3edge.core.errors import R3EdgeError
+
+pytestmark = pytest.mark.slow  # real models: see `make test-fast` for the torch-free tier
 
 
 def _pairs():
@@ -37,7 +38,7 @@ def artifact(tiny_student, sample_pairs_file, tmp_path_factory):
 def torch_scorer(tiny_student):
     import torch
 
-    from distill.student import LabelScorer, load_student
+    from r3edge.model.student import LabelScorer, load_student
 
     lm, scorer = load_student(tiny_student)
     model = LabelScorer(lm, scorer.spec.label_token_ids).eval()
@@ -63,7 +64,16 @@ def test_artifact_layout_manifest_and_report(artifact):
     assert fp32["max_abs_logit_diff"] <= 1e-4 and fp32["argmax_agreement"] == 1.0
     assert report["variants"]["int8"]["batch_invariance_max_abs_score_diff"] <= 1e-4
     assert report["graph_check"]["full_vocab_tensors"] == 0 and report["rejected"] == {}
-    assert report["pairs_source"].endswith("pairs.jsonl")
+    assert report["pairs_source"] == "pairs.jsonl"
+
+
+def test_artifact_holds_no_local_paths(artifact, tiny_student, sample_pairs_file):
+    """An artifact is shipped to other machines: no file in it may name a directory of this one."""
+    local = [str(tiny_student.parent), str(artifact.parent), str(sample_pairs_file.parent), str(ROOT)]
+    for path in artifact.iterdir():
+        if path.suffix in (".json", ".txt", ".md", ".yaml"):
+            text = path.read_text()
+            assert not [d for d in local if d in text], f"{path.name} names a local directory"
 
 
 def test_int8_graph_softmax_float64_and_matmul_outputs_unquantized(artifact):
@@ -86,8 +96,8 @@ def test_int8_graph_softmax_float64_and_matmul_outputs_unquantized(artifact):
 
 
 def test_ort_fp32_matches_torch(artifact, torch_scorer):
-    from r3edge.scoring import score_pairs
-    from serve.runtimes import load_runtime
+    from r3edge.core.scoring import score_pairs
+    from r3edge.model.runtimes import load_runtime
 
     scorer, torch_run = torch_scorer
     rt = load_runtime(artifact, "fp32", threads=1)
@@ -100,7 +110,7 @@ def test_ort_fp32_matches_torch(artifact, torch_scorer):
 
 @pytest.mark.parametrize("variant", ["fp32", "int8", "int8-weight", "fp16"])
 def test_output_contract_dynamic_batch_and_length(artifact, variant):
-    from serve.runtimes import load_runtime
+    from r3edge.model.runtimes import load_runtime
 
     rt = load_runtime(artifact, variant, threads=1)
     inputs = {i.name: (i.type, len(i.shape)) for i in rt.session.get_inputs()}
@@ -119,8 +129,8 @@ def test_output_contract_dynamic_batch_and_length(artifact, variant):
 
 @pytest.mark.parametrize("variant,tol", [("fp32", 1e-5), ("int8", 1e-6), ("int8-weight", 1e-5)])
 def test_batch_invariance(artifact, variant, tol):
-    from export.parity import batch_invariance
-    from serve.runtimes import load_runtime
+    from r3edge.export.parity import batch_invariance
+    from r3edge.model.runtimes import load_runtime
 
     rt = load_runtime(artifact, variant, threads=1)
     qs, ds = _pairs()
@@ -130,9 +140,9 @@ def test_batch_invariance(artifact, variant, tol):
 
 
 def test_quantized_variant_fails_exact_parity_with_typed_error(artifact, torch_scorer):
-    from export.parity import ParityError, check_variant
-    from r3edge.scoring import score_pairs
-    from serve.runtimes import load_runtime
+    from r3edge.core.scoring import score_pairs
+    from r3edge.export.parity import ParityError, check_variant
+    from r3edge.model.runtimes import load_runtime
 
     scorer, torch_run = torch_scorer
     qs, ds = _pairs()
@@ -147,7 +157,7 @@ def test_quantized_variant_fails_exact_parity_with_typed_error(artifact, torch_s
 
 
 def test_label_token_mismatch_is_a_clear_error(artifact, tmp_path):
-    from serve.runtimes import load_runtime
+    from r3edge.model.runtimes import load_runtime
 
     bad = tmp_path / "bad"
     shutil.copytree(artifact, bad)
@@ -160,7 +170,7 @@ def test_label_token_mismatch_is_a_clear_error(artifact, tmp_path):
 
 
 def test_edited_scorer_json_is_rejected(artifact, tmp_path):
-    from serve.runtimes import load_runtime
+    from r3edge.model.runtimes import load_runtime
 
     bad = tmp_path / "edited"
     shutil.copytree(artifact, bad)
@@ -172,8 +182,8 @@ def test_edited_scorer_json_is_rejected(artifact, tmp_path):
 
 
 def test_unknown_variant_and_missing_manifest(artifact, tiny_student):
-    from export.onnx import parse_variants
-    from serve.runtimes import load_runtime
+    from r3edge.export.onnx import parse_variants
+    from r3edge.model.runtimes import load_runtime
 
     with pytest.raises(R3EdgeError, match="no variant 'int8-dynamic'") as exc:
         load_runtime(artifact, "int8-dynamic")
@@ -204,7 +214,7 @@ def test_full_vocab_projection_is_refused(tmp_path):
     import onnx
     from onnx import TensorProto, helper, numpy_helper
 
-    from export.onnx import check_no_vocab_projection
+    from r3edge.export.onnx import check_no_vocab_projection
 
     vocab, hidden = 50, 4
     w = numpy_helper.from_array(np.zeros((hidden, vocab), np.float32), "lm_head")
@@ -228,6 +238,6 @@ def test_full_vocab_projection_is_refused(tmp_path):
 
 
 def test_runtime_imports_without_torch():
-    code = ("import sys; import serve.runtimes, serve.runtimes.base, serve.runtimes.onnxruntime; "
+    code = ("import sys; import r3edge.model.runtimes, r3edge.core.artifact, r3edge.core.onnx_runtime; "
             "assert 'torch' not in sys.modules, 'torch was imported'")
     subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True)

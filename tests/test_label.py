@@ -8,14 +8,15 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
-
 from conftest import ROOT, SAMPLE_QUERIES, TINY_TEACHER
-from distill.labels import read_labels, read_manifest, shard_paths
-from distill.teacher import label_pairs, parse_shard, shard_of
-from r3edge.errors import R3EdgeError
+
+from r3edge.core.errors import R3EdgeError
+from r3edge.core.labels import read_labels, read_manifest, shard_paths
+from r3edge.distill.teacher import label_pairs, parse_shard, shard_of
+
+pytestmark = pytest.mark.slow  # real models: see `make test-fast` for the torch-free tier
 
 ALL_PAIRS = {(q["qid"], c["docid"]) for q in SAMPLE_QUERIES for c in q["candidates"]}
 GOLD = {(q["qid"], c["docid"]): c["label"] for q in SAMPLE_QUERIES for c in q["candidates"]}
@@ -125,7 +126,7 @@ def test_resume_after_sigkill_labels_each_pair_once(sample_pairs_file, tmp_path)
 def test_damaged_labels_dir_is_refused_and_shards_never_overwritten(labelled, tmp_path):
     import shutil
 
-    from distill.labels import write_shard
+    from r3edge.core.labels import write_shard
 
     copy = tmp_path / "labels"
     shutil.copytree(labelled, copy)

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from r3edge.metrics import agreement_metrics, ndcg_at_k, relevance_metrics
+from r3edge.core.metrics import agreement_metrics, ndcg_at_k, relevance_metrics
 
 ONE_HOT = np.eye(3)
 

@@ -8,15 +8,17 @@ import sys
 
 import pytest
 
-from r3edge.errors import R3EdgeError
-from r3edge.models import load_causal_lm
+from r3edge.core.errors import R3EdgeError
+from r3edge.model.loading import load_causal_lm
+
+pytestmark = pytest.mark.slow  # real models: see `make test-fast` for the torch-free tier
 
 
 def test_hub_id_fails_offline_with_a_fix():
     # Same code path as a local directory (from_pretrained); HF_HUB_OFFLINE only skips the retries.
     code = (
-        "from r3edge.models import load_tokenizer\n"
-        "from r3edge.errors import R3EdgeError\n"
+        "from r3edge.model.loading import load_tokenizer\n"
+        "from r3edge.core.errors import R3EdgeError\n"
         "try:\n    load_tokenizer('Qwen/Qwen2.5-1.5B-Instruct')\n"
         "except R3EdgeError as e:\n    print('WHAT', e.what); print('FIX', e.fix)\n"
     )
@@ -38,10 +40,10 @@ def test_saved_student_loads_from_its_directory(tiny_student):
 
 def test_keep_layers_truncates_and_the_saved_student_reloads(tmp_path):
     import torch
-
     from conftest import TINY_STUDENT
-    from distill.student import LabelScorer, create_student, load_student, save_student
-    from r3edge.config import StudentConfig, load_yaml
+
+    from r3edge.core.config import StudentConfig, load_yaml
+    from r3edge.model.student import LabelScorer, create_student, load_student, save_student
 
     base = load_yaml(TINY_STUDENT, StudentConfig)
     cfg = base.model_copy(update={"model": base.model.model_copy(update={"keep_layers": 1})})

@@ -1,8 +1,8 @@
 """Train/serve skew: the trainer and the server must feed the model the same tokens.
 
-The trainer formats pairs with the scorer of the student it creates (`distill.train.build_dataset`
+The trainer formats pairs with the scorer of the student it creates (`r3edge.distill.train.build_dataset`
 + `DistillCollator`); the server formats them with the scorer it reads from the export artifact
-(`serve.runtimes.load_runtime(...).scorer`). Both must give identical token ids, and the scores the
+(`r3edge.model.runtimes.load_runtime(...).scorer`). Both must give identical token ids, and the scores the
 real gRPC server returns must equal PyTorch run on the trainer's own batch.
 """
 
@@ -11,11 +11,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-
 from conftest import SAMPLE_QUERIES, free_port
-from distill.student import LabelScorer, load_student
-from distill.train import DistillCollator, build_dataset
-from r3edge.scoring import Scorer
+
+from r3edge.core.scoring import Scorer
+from r3edge.distill.train import DistillCollator, build_dataset
+from r3edge.model.student import LabelScorer, load_student
+
+pytestmark = pytest.mark.slow  # real models: see `make test-fast` for the torch-free tier
 
 # Real-looking text with emoji, hashtags, non-Latin script and a document long enough to be cut.
 QUERY = SAMPLE_QUERIES[0]["query"]
@@ -26,7 +28,7 @@ DOCS = [c["text"] for c in SAMPLE_QUERIES[0]["candidates"]] + [
 
 @pytest.fixture(scope="module")
 def runtime(tiny_artifact):
-    from serve.runtimes import load_runtime
+    from r3edge.model.runtimes import load_runtime
 
     rt = load_runtime(tiny_artifact, variant="fp32")
     yield rt
@@ -51,9 +53,9 @@ def test_trainer_and_server_token_ids_are_identical(tiny_student, runtime):
 
 
 def test_server_scores_equal_torch_on_the_trainer_batch(tiny_student, tiny_artifact):
-    from serve.client import RerankerClient
-    from serve.config import ServeConfig
-    from serve.server import BackgroundServer
+    from r3edge.api.client import RerankerClient
+    from r3edge.serve.config import ServeConfig
+    from r3edge.serve.server import BackgroundServer
 
     _, batch = _trainer_batch(tiny_student)
     lm, scorer = load_student(tiny_student)

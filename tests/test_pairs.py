@@ -6,14 +6,14 @@ import json
 
 import pytest
 
-from distill.ugc import generate
 from r3edge.cli import main
-from r3edge.errors import R3EdgeError
-from r3edge.pairs import iter_pairs, read_queries, write_queries
+from r3edge.core.errors import R3EdgeError
+from r3edge.core.pairs import iter_pairs, read_queries, write_queries
+from r3edge.distill.ugc import generate
 
 
 def _write(path, lines):
-    path.write_text("".join((l if isinstance(l, str) else json.dumps(l)) + "\n" for l in lines))
+    path.write_text("".join((line if isinstance(line, str) else json.dumps(line)) + "\n" for line in lines))
     return path
 
 

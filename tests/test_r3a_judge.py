@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from distill.judges import get_judge, is_verbatim
-from distill.judges.r3a import JUDGE
-from r3edge.errors import R3EdgeError
+from r3edge.core.errors import R3EdgeError
+from r3edge.distill.judges import get_judge, is_verbatim
+from r3edge.distill.judges.r3a import JUDGE
 
 DOC = "Renew your RP online via Metrash2:   upload passport,\npay 500 QR, done in 2 days ✅"
 GOOD = "<think>It explains the steps.</think><extract>upload passport, pay 500 QR</extract><score>2</score>"

@@ -7,15 +7,15 @@ The project never copies that data.
 from __future__ import annotations
 
 import pytest
-
-from r3edge.pairs import read_queries
-from r3edge.scoring import Scorer, ScorerSpec
-
 from conftest import SHARED_DATA
+
+from r3edge.core.pairs import read_queries
+from r3edge.core.scoring import Scorer, ScorerSpec
 
 CQA = SHARED_DATA / "semeval2016-cqa"
 pytestmark = [
     pytest.mark.realdata,
+    pytest.mark.slow,
     pytest.mark.skipif(not (CQA / "subtaskB_dev.jsonl").is_file(), reason="../shared/data/semeval2016-cqa is absent"),
 ]
 
@@ -40,7 +40,7 @@ def test_real_pairs_fit_the_budget_with_whole_queries(tiny_student):
     encoded = scorer.encode_batch([qs[i] for i in fits], [ds[i] for i in fits])
     assert len(fits) > 0.9 * len(qs)
     tail = base.tokenizer.encode(spec.template.tail, add_special_tokens=False).ids
-    for i, enc in zip(fits, encoded):
+    for _, enc in zip(fits, encoded):
         assert len(enc.input_ids) <= spec.max_total_tokens
         assert enc.input_ids[-len(tail):] == tail
         assert enc.doc_tokens <= spec.max_doc_tokens
@@ -50,11 +50,11 @@ def test_real_pairs_fit_the_budget_with_whole_queries(tiny_student):
 def test_real_forum_thread_reranked_over_grpc(tiny_artifact):
     """Real posts (long, noisy, non-ASCII) through a real server: ids kept, sorted, long posts cut and counted."""
     import grpc
-
     from conftest import free_port
-    from serve.client import RerankerClient
-    from serve.config import ServeConfig
-    from serve.server import BackgroundServer
+
+    from r3edge.api.client import RerankerClient
+    from r3edge.serve.config import ServeConfig
+    from r3edge.serve.server import BackgroundServer
 
     queries = read_queries(CQA / "subtaskA_dev.jsonl")
     q = max(queries[:50], key=lambda q: sum(len(c.text) for c in q.candidates))

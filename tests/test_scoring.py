@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from tokenizers import Tokenizer
 
-from r3edge.errors import R3EdgeError
-from r3edge.scoring import PromptTemplate, Scorer, ScorerSpec, plan_batches, score_pairs
+from r3edge.core.errors import R3EdgeError
+from r3edge.core.scoring import PromptTemplate, Scorer, ScorerSpec, plan_batches, score_pairs
 
 
 @pytest.fixture(scope="module")
@@ -50,6 +50,7 @@ def test_query_over_budget_is_an_error_not_a_cut(scorer):
         scorer.encode("why " * 500, "doc")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("side", ["left", "right"])
 def test_collate_pads_on_the_spec_side(tiny_student, side):
     base = Scorer.load(tiny_student)
@@ -127,6 +128,7 @@ def test_relevance_is_expected_label_value(scorer):
     np.testing.assert_allclose(score, [1.0, 0.0], atol=1e-6)
 
 
+@pytest.mark.slow
 def test_tokenizer_json_is_the_real_bpe(tiny_student):
     tok = Tokenizer.from_file(str(tiny_student / "tokenizer.json"))
     assert tok.get_vocab_size(with_added_tokens=True) == 151665

@@ -6,13 +6,13 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 
 import grpc
 import numpy as np
 import pytest
-
 from conftest import ROOT, SAMPLE_QUERIES, free_port
+
+pytestmark = pytest.mark.slow  # real models: see `make test-fast` for the torch-free tier
 
 TEXTS = [c["text"] for q in SAMPLE_QUERIES for c in q["candidates"]]
 QUERY = SAMPLE_QUERIES[0]["query"]
@@ -25,8 +25,8 @@ def candidates(n: int, long: bool = False) -> list[tuple[str, str]]:
 
 @pytest.fixture(scope="module")
 def server(tiny_artifact):
-    from serve.config import ServeConfig
-    from serve.server import BackgroundServer
+    from r3edge.serve.config import ServeConfig
+    from r3edge.serve.server import BackgroundServer
 
     cfg = ServeConfig(artifact=str(tiny_artifact), port=free_port(), max_batch_tokens=4096, max_batch_size=32)
     srv = BackgroundServer(cfg).start()
@@ -36,7 +36,7 @@ def server(tiny_artifact):
 
 @pytest.fixture(scope="module")
 def client(server):
-    from serve.client import RerankerClient
+    from r3edge.api.client import RerankerClient
 
     c = RerankerClient(server.target, timeout=120)
     c.wait_ready(60)
@@ -45,7 +45,7 @@ def client(server):
 
 
 def direct(runtime, query: str, docs: list[str], cfg):
-    from r3edge.scoring import score_pairs
+    from r3edge.core.scoring import score_pairs
 
     logits = score_pairs(runtime.scorer, runtime.label_logits, [query] * len(docs), docs,
                          max_batch_tokens=cfg.max_batch_tokens, max_batch_size=cfg.max_batch_size)
@@ -140,10 +140,10 @@ def test_expired_deadline_is_reported_and_server_stays_healthy(client):
 
 
 def test_overload_sheds_with_resource_exhausted(tiny_artifact):
-    from serve.client import RerankerClient
-    from serve.config import ServeConfig
-    from serve.proto import pb2
-    from serve.server import BackgroundServer
+    from r3edge.api import pb2
+    from r3edge.api.client import RerankerClient
+    from r3edge.serve.config import ServeConfig
+    from r3edge.serve.server import BackgroundServer
 
     cfg = ServeConfig(artifact=str(tiny_artifact), port=0, max_concurrent_requests=1, max_queued_requests=0)
     with BackgroundServer(cfg) as srv, RerankerClient(srv.target, timeout=300) as c:
@@ -167,10 +167,10 @@ def test_overload_sheds_with_resource_exhausted(tiny_artifact):
 
 
 def test_config_flags_env_and_file(tmp_path):
-    from r3edge.errors import R3EdgeError
-    from serve.config import ServeConfig
+    from r3edge.core.errors import R3EdgeError
+    from r3edge.serve.config import ServeConfig
 
-    yml = tmp_path / "serve.yaml"
+    yml = tmp_path / "r3edge.serve.yaml"
     yml.write_text("port: 6000\nmax_candidates: 50\nmax_batch_size: 8\n")
     env = {"R3EDGE_MAX_CANDIDATES": "200", "R3EDGE_ARTIFACT": "/a", "R3EDGE_PORT": "7000"}
     cfg = ServeConfig.resolve({"port": 8000, "threads": None}, env=env, config_file=yml)
@@ -182,8 +182,8 @@ def test_config_flags_env_and_file(tmp_path):
 
 def test_cli_serve_subprocess_is_torch_free_and_stops_gracefully(tiny_artifact, sample_pairs_file, capsys):
     """The real `r3edge serve` process: no torch, SIGTERM drains and exits 0; `r3edge rerank` talks to it."""
+    from r3edge.api.client import RerankerClient
     from r3edge.cli import main
-    from serve.client import RerankerClient
 
     port = free_port()
     env = dict(os.environ, R3EDGE_MAX_CANDIDATES="500", PYTHONPATH=str(ROOT))

@@ -7,10 +7,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from conftest import SAMPLE_QUERIES, TINY_STUDENT
-from distill.labels import write_manifest, write_shard
-from r3edge.errors import R3EdgeError
+
+from r3edge.core.errors import R3EdgeError
+from r3edge.core.labels import write_manifest, write_shard
+
+pytestmark = pytest.mark.slow  # real models: see `make test-fast` for the torch-free tier
 
 TRAIN_STEPS = 12  # the tiny student memorises the 7 sample pairs well before this
 
@@ -67,7 +69,7 @@ def test_training_lowers_the_loss_and_writes_a_report(trained):
 
 
 def test_trained_student_agrees_with_the_teacher_more_than_untrained(trained, tiny_student, labels_dir):
-    from distill.evaluate import evaluate, torch_student_score_fn
+    from r3edge.distill.evaluate import evaluate, torch_student_score_fn
 
     before = evaluate(labels_dir, torch_student_score_fn(tiny_student))
     after = evaluate(labels_dir, torch_student_score_fn(trained))
@@ -79,7 +81,7 @@ def test_trained_student_agrees_with_the_teacher_more_than_untrained(trained, ti
 
 
 def test_saved_student_reloads_with_the_scorer_training_used(trained, tiny_student):
-    from distill.student import load_student
+    from r3edge.model.student import load_student
 
     lm, scorer = load_student(trained)
     report = json.loads((trained / "train_report.json").read_text())
@@ -101,7 +103,7 @@ def test_eval_cli_writes_json(trained, labels_dir, tmp_path, capsys):
 
 
 def test_evaluate_without_gold_reports_teacher_agreement_only(tmp_path):
-    from distill.evaluate import evaluate
+    from r3edge.distill.evaluate import evaluate
 
     labels = write_labels(tmp_path / "nogold", gold=False)
 
@@ -117,7 +119,7 @@ def test_evaluate_without_gold_reports_teacher_agreement_only(tmp_path):
 
 
 def test_drop_unformatted_trains_on_format_ok_only(labels_dir, tmp_path):
-    from distill.train import train_student
+    from r3edge.distill.train import train_student
 
     out = train_student(labels_dir, TINY_STUDENT, tmp_path / "s", max_steps=1, drop_unformatted=True)
     report = json.loads((out / "train_report.json").read_text())
@@ -126,7 +128,7 @@ def test_drop_unformatted_trains_on_format_ok_only(labels_dir, tmp_path):
 
 
 def test_incomplete_labels_are_refused_with_a_fix(tmp_path):
-    from distill.train import train_student
+    from r3edge.distill.train import train_student
 
     labels = write_labels(tmp_path / "partial", complete=False)
     with pytest.raises(R3EdgeError, match="incomplete") as err:
@@ -136,7 +138,7 @@ def test_incomplete_labels_are_refused_with_a_fix(tmp_path):
 
 
 def test_unknown_config_field_is_named(labels_dir, tmp_path):
-    from distill.train import train_student
+    from r3edge.distill.train import train_student
 
     bad = tmp_path / "bad.yaml"
     bad.write_text(TINY_STUDENT.read_text().replace("  learning_rate:", "  learning_rat: 0.1\n  learning_rate:"))
@@ -145,7 +147,7 @@ def test_unknown_config_field_is_named(labels_dir, tmp_path):
 
 
 def test_probs_outside_the_label_space_name_the_record(tmp_path):
-    from distill.train import train_student
+    from r3edge.distill.train import train_student
 
     labels = write_labels(tmp_path / "two", probs=lambda g: [0.5, 0.5])
     with pytest.raises(R3EdgeError, match="qid='q1' docid='d1'"):
@@ -162,7 +164,7 @@ def test_cli_reports_errors_without_a_traceback(tmp_path, capsys):
 
 def test_eval_gives_the_same_metrics_on_the_student_and_its_onnx_artifact(labels_dir, tiny_student, tiny_artifact):
     """`r3edge eval --student` and `--artifact` go through the same runtimes the server uses."""
-    from distill.evaluate import artifact_score_fn, evaluate, torch_student_score_fn
+    from r3edge.distill.evaluate import artifact_score_fn, evaluate, torch_student_score_fn
 
     torch_m = evaluate(labels_dir, torch_student_score_fn(tiny_student))
     onnx_m = evaluate(labels_dir, artifact_score_fn(tiny_artifact, "fp32"))

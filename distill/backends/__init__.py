@@ -20,7 +20,7 @@ class Generation:
 
 
 def load_backend(teacher_config):
-    """The backend for a :class:`r3edge.config.TeacherConfig` (imports torch lazily)."""
-    from distill.backends.transformers_backend import TransformersBackend
+    """The backend for a :class:`r3edge.core.config.TeacherConfig` (imports torch lazily)."""
+    from r3edge.distill.backends.transformers_backend import TransformersBackend
 
     return TransformersBackend(teacher_config.model, teacher_config.generation)

@@ -9,13 +9,13 @@ projection happens only for the last position.
 from __future__ import annotations
 
 import time
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from distill.backends import Generation
-from r3edge.config import GenerationParams, ModelSpec
-from r3edge.errors import R3EdgeError, require
+from r3edge.core.config import GenerationParams, ModelSpec
+from r3edge.core.errors import R3EdgeError, require
+from r3edge.distill.backends import Generation
 
 _torch = require("torch", "train")
 _transformers = require("transformers", "train")
@@ -24,7 +24,7 @@ _transformers = require("transformers", "train")
 class TransformersBackend:
     def __init__(self, spec: ModelSpec, params: GenerationParams):
         self.torch = _torch
-        from r3edge.models import load_model, load_tokenizer
+        from r3edge.model.loading import load_model, load_tokenizer
 
         self.params = params
         self.tokenizer = load_tokenizer(spec.tokenizer_ref)

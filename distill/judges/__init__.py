@@ -15,13 +15,14 @@ from __future__ import annotations
 import hashlib
 import importlib
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol, Sequence
+from typing import Protocol
 
-from r3edge.errors import R3EdgeError
+from r3edge.core.errors import R3EdgeError
 
-#: judge name -> module under distill.judges that defines ``JUDGE``
-JUDGES = {"r3a": "distill.judges.r3a"}
+#: judge name -> module under r3edge.distill.judges that defines ``JUDGE``
+JUDGES = {"r3a": "r3edge.distill.judges.r3a"}
 
 
 @dataclass(frozen=True)

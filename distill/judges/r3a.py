@@ -12,10 +12,10 @@ them, score in {0,1,2}, and the extract copied from the post (whitespace-normali
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
-from distill.judges import Assessment, Intent, Messages, is_verbatim, templates_hash
+from r3edge.distill.judges import Assessment, Intent, Messages, is_verbatim, templates_hash
 
 SYSTEM = (
     "You are a content-understanding engineer at a user-generated-content platform. People post short, "

@@ -1,7 +1,7 @@
 """Benchmark latency, throughput and accuracy over gRPC; write results.json, report.md and a plot.
 
-Either serve an artifact's variants in-process one after another (--artifact, each on a free
-port) or load an already running server (--target). Accuracy is measured on --pairs (a
+Either serve an artifact's variants one after another (--artifact: each in its own `r3edge serve`
+process on a free port) or load an already running server (--target). Accuracy is measured on --pairs (a
 held-back split) against gold labels and, with --labels, against the teacher, which also gets a
 row of its own (latency estimated from its labelling records).
 """
@@ -13,11 +13,9 @@ import argparse
 
 def configure(parser: argparse.ArgumentParser) -> None:
     sys_ = parser.add_mutually_exclusive_group(required=True)
-    sys_.add_argument("--artifact", default=None, help="artifact directory to serve in-process")
+    sys_.add_argument("--artifact", default=None, help="artifact directory to serve (a child `r3edge serve` per variant)")
     sys_.add_argument("--target", default=None, help="a running server host:port")
     parser.add_argument("--variants", default=None, help="comma-separated variants (default: all in the manifest)")
-    parser.add_argument("--backend", default="onnxruntime", choices=["onnxruntime", "torch"],
-                        help="runtime for --artifact (torch: a student directory)")
     parser.add_argument("--threads", type=int, default=None, help="runtime intra-op threads")
     parser.add_argument("--pairs", required=True, help="held-back pairs JSONL (labels give accuracy vs gold)")
     parser.add_argument("--labels", default=None, help="teacher labels directory (agreement + teacher row)")
@@ -34,10 +32,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from benchmarks.report import write_report
-    from benchmarks.systems import bench_systems
-    from r3edge.errors import R3EdgeError
-    from r3edge.pairs import read_queries
+    from r3edge.benchmarks.report import write_report
+    from r3edge.benchmarks.systems import bench_systems
+    from r3edge.core.errors import R3EdgeError
+    from r3edge.core.pairs import read_queries
 
     if args.requests < 1 or args.concurrency < 1 or args.top_k < 0:
         raise R3EdgeError("--requests and --concurrency must be >= 1 and --top-k >= 0", "fix the numbers")
@@ -47,7 +45,7 @@ def run(args: argparse.Namespace) -> int:
     results = bench_systems(
         queries, artifact=args.artifact, target=args.target,
         variants=[v for v in args.variants.split(",") if v] if args.variants else None,
-        backend=args.backend, threads=args.threads, labels_dir=args.labels, requests=args.requests,
+        threads=args.threads, labels_dir=args.labels, requests=args.requests,
         concurrency=args.concurrency, top_k=args.top_k, pad_to=args.pad_to, serve_limits=limits,
     )
     paths = write_report(results, args.out)

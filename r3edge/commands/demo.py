@@ -10,15 +10,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-ROOT_CONFIGS = Path(__file__).resolve().parents[2] / "configs"
-
 
 def configure(parser):
     parser.add_argument("--out", default="runs/demo", help="directory for every stage's output")
-    parser.add_argument("--teacher", default=str(ROOT_CONFIGS / "teacher" / "r3a-smollm2.yaml"),
-                        help="teacher config (judge + model + generation budgets)")
-    parser.add_argument("--student", default=str(ROOT_CONFIGS / "student" / "smollm2-demo.yaml"),
-                        help="student config (model + scorer budgets + training)")
+    parser.add_argument("--teacher", default="r3a-smollm2",
+                        help="teacher config, a shipped name or a YAML path (judge + model + generation budgets)")
+    parser.add_argument("--student", default="smollm2-demo",
+                        help="student config, a shipped name or a YAML path (model + scorer budgets + training)")
     parser.add_argument("--train-queries", type=int, default=12, help="training queries")
     parser.add_argument("--train-candidates", type=int, default=12, help="candidates per training query")
     parser.add_argument("--heldout-queries", type=int, default=3,
@@ -40,8 +38,8 @@ def run(args) -> int:
     import shutil
     import time
 
-    from distill.ugc import generate
-    from r3edge.pairs import QueryCandidates, write_queries
+    from r3edge.core.pairs import QueryCandidates, write_queries
+    from r3edge.distill.ugc import generate
 
     out = Path(args.out)
     if args.force and out.exists():
@@ -66,17 +64,17 @@ def run(args) -> int:
           f"{heldout}: {len(held_q)} top-100 requests")
 
     _step("2/5 label: teacher judge on training and held-back pairs")
-    from distill.teacher import label_pairs
+    from r3edge.distill.teacher import label_pairs
 
     labels_train = label_pairs(pairs, args.teacher, out / "labels" / "train")
     labels_heldout = label_pairs(heldout_teacher, args.teacher, out / "labels" / "heldout")
 
     _step("3/5 train: student on the teacher's label-token distribution")
-    from r3edge.scoring import SCORER_FILE
+    from r3edge.core.scoring import SCORER_FILE
 
     student = out / "student"
     if not (student / SCORER_FILE).is_file():
-        from distill.train import train_student
+        from r3edge.distill.train import train_student
 
         train_student(labels_train, args.student, student)
     else:
@@ -85,16 +83,16 @@ def run(args) -> int:
     _step("4/5 export: ONNX scoring graph(s) with parity checks")
     artifact = out / "artifact"
     if not (artifact / "manifest.json").is_file():
-        from export.onnx import export_artifact
+        from r3edge.export.onnx import export_artifact
 
         export_artifact(student, artifact, variants=variants, calib_pairs=pairs)
     else:
         print(f"{artifact} is complete; skipping (use --force to re-export)")
 
     _step("5/5 bench: top-100 requests over gRPC, accuracy on the held-back split")
-    from benchmarks.report import write_report
-    from benchmarks.systems import bench_systems
-    from r3edge.pairs import read_queries
+    from r3edge.benchmarks.report import write_report
+    from r3edge.benchmarks.systems import bench_systems
+    from r3edge.core.pairs import read_queries
 
     # every variant that passed its parity checks (a rejected int8 is recorded in export_report.json)
     results = bench_systems(read_queries(heldout), artifact=str(artifact), variants=None,

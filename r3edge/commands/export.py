@@ -16,7 +16,8 @@ def configure(parser):
     parser.add_argument("--out", required=True, metavar="ARTIFACT_DIR",
                         help="artifact directory to write (replaced only when the export passes parity)")
     parser.add_argument("--variants", default="fp32,int8",
-                        help="comma-separated variants: fp32, int8 (static QDQ), int8-weight (weight-only), int8-dynamic, fp16; fp32 is always built; a quantized variant that fails its checks is left out and reported")
+                        help="comma-separated variants: fp32, int8 (static QDQ), int8-weight (weight-only), int8-dynamic, "
+                             "fp16; fp32 is always built; a quantized variant that fails its checks is left out and reported")
     parser.add_argument("--default-variant", default=None, metavar="NAME",
                         help="variant the server loads when none is named (default: fp32)")
     parser.add_argument("--calib", default=None, metavar="PAIRS.jsonl",
@@ -31,8 +32,8 @@ def configure(parser):
 
 
 def run(args) -> int:
-    from export.onnx import export_artifact, parse_variants
-    from r3edge.errors import R3EdgeError
+    from r3edge.core.errors import R3EdgeError
+    from r3edge.export.onnx import export_artifact, parse_variants
 
     parse_variants(args.variants)  # fail on a typo before loading anything heavy
     if args.max_calib <= 0:

@@ -13,8 +13,9 @@ import argparse
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("pairs", help="pairs JSONL (candidate-list or flat form; see DESIGN.md contract 1)")
-    parser.add_argument("--teacher", default="configs/teacher/r3a-smollm2.yaml",
-                        help="teacher config YAML (judge, model, generation budgets)")
+    parser.add_argument("--teacher", default="r3a-smollm2",
+                        help="teacher config: a shipped name (r3a-smollm2, r3a-7b, ...) or a YAML path "
+                             "(judge, model, generation budgets)")
     parser.add_argument("--out", required=True, help="labels directory (manifest.json + part-*.parquet)")
     parser.add_argument("--shard-size", type=int, default=64,
                         help="pairs per Parquet shard; also the unit of resumption (a kill loses at most one)")
@@ -26,7 +27,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from distill.teacher import label_pairs
+    from r3edge.distill.teacher import label_pairs
 
     label_pairs(args.pairs, args.teacher, args.out, shard_size=args.shard_size, shard=args.shard,
                 limit=args.limit, overwrite=args.overwrite)

@@ -19,9 +19,9 @@ def configure(parser):
 
 
 def run(args) -> int:
-    from distill.ugc import generate
-    from r3edge.errors import R3EdgeError
-    from r3edge.pairs import write_queries
+    from r3edge.core.errors import R3EdgeError
+    from r3edge.core.pairs import write_queries
+    from r3edge.distill.ugc import generate
 
     if args.queries <= 0 or args.candidates <= 0:
         raise R3EdgeError("--queries and --candidates must be positive", "pass e.g. --queries 12 --candidates 12")

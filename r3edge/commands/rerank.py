@@ -26,7 +26,7 @@ def _read_candidates(path: str) -> list[tuple[str, str]]:
     import json
     from pathlib import Path
 
-    from r3edge.errors import R3EdgeError
+    from r3edge.core.errors import R3EdgeError
 
     p = Path(path)
     if not p.is_file():
@@ -48,12 +48,12 @@ def _read_candidates(path: str) -> list[tuple[str, str]]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from r3edge.errors import R3EdgeError
+    from r3edge.core.errors import R3EdgeError
 
     query = args.query
     texts: dict[str, str] = {}
     if args.pairs:
-        from r3edge.pairs import read_queries
+        from r3edge.core.pairs import read_queries
 
         queries = read_queries(args.pairs)
         if args.qid is None:
@@ -73,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
 
     import grpc
 
-    from serve.client import RerankerClient
+    from r3edge.api.client import RerankerClient
 
     with RerankerClient(args.target, timeout=args.timeout) as client:
         try:

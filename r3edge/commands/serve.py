@@ -1,7 +1,7 @@
 """Serve an artifact over gRPC: Rerank (top-k), ScorePairs, ModelInfo, health and reflection.
 
 Every flag can also be set as an environment variable R3EDGE_<FLAG> (e.g. R3EDGE_PORT=50052,
-R3EDGE_MAX_CANDIDATES=1000) or in a YAML file (--config configs/serve/default.yaml); flags win
+R3EDGE_MAX_CANDIDATES=1000) or in a YAML file (--config default, or a path); flags win
 over the environment, which wins over the file. Blocks until SIGINT/SIGTERM, then reports
 NOT_SERVING and drains in-flight requests for --grace-period-s.
 """
@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import argparse
 
+
 def _fields():
     """Every ServeConfig field but the artifact: the flags are derived, so help and defaults live once."""
-    from serve.config import ServeConfig  # pydantic only: cheap enough for --help
+    from r3edge.serve.config import ServeConfig  # pydantic only: cheap enough for --help
 
     return {name: f for name, f in ServeConfig.model_fields.items() if name != "artifact"}
 
@@ -20,11 +21,12 @@ def _fields():
 def configure(parser: argparse.ArgumentParser) -> None:
     from typing import Literal, get_args, get_origin
 
-    from serve.config import ServeConfig
+    from r3edge.serve.config import ServeConfig
 
     parser.add_argument("artifact", nargs="?", default=None,
                         help="artifact directory from `r3edge export` (env R3EDGE_ARTIFACT)")
-    parser.add_argument("--config", default=None, help="YAML file of settings (configs/serve/default.yaml)")
+    parser.add_argument("--config", default=None,
+                        help="settings file: a YAML path or a shipped name (default = configs/serve/default.yaml)")
     for name, field in _fields().items():
         # values stay strings here, as env values do; ServeConfig validates both the same way
         kw = {"choices": list(get_args(field.annotation))} if get_origin(field.annotation) is Literal else {}
@@ -39,14 +41,14 @@ def run(args: argparse.Namespace) -> int:
     import asyncio
     import logging
 
-    from serve.config import ServeConfig
+    from r3edge.serve.config import ServeConfig
 
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     flags = {name: getattr(args, name, None) for name in _fields()}
     flags["artifact"] = args.artifact
     cfg = ServeConfig.resolve(flags, config_file=args.config)
 
-    from serve.server import serve_until_signal
+    from r3edge.serve.server import serve_until_signal
 
     asyncio.run(serve_until_signal(cfg))
     return 0

@@ -11,7 +11,7 @@ from __future__ import annotations
 def configure(parser):
     parser.add_argument("labels_dir", metavar="LABELS_DIR", help="labels directory written by `r3edge label`")
     parser.add_argument("--student", required=True, metavar="CONFIG",
-                        help="student config YAML, e.g. configs/student/smollm2-135m.yaml")
+                        help="student config: a shipped name (smollm2-demo, qwen2.5-1.5b, ...) or a YAML path")
     parser.add_argument("--out", required=True, metavar="DIR",
                         help="student directory to write (replaced atomically when training finishes)")
     parser.add_argument("--max-steps", type=int, default=None, metavar="N",
@@ -24,11 +24,11 @@ def configure(parser):
 
 
 def run(args) -> int:
-    from r3edge.errors import require
+    from r3edge.core.errors import require
 
     require("torch", "train")
     require("transformers", "train")
-    from distill.train import train_student
+    from r3edge.distill.train import train_student
 
     train_student(args.labels_dir, args.student, args.out, max_steps=args.max_steps,
                   eval_labels_dir=args.eval_labels, drop_unformatted=args.drop_unformatted)

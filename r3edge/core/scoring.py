@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 
-from r3edge.errors import R3EdgeError
+from r3edge.core.errors import FormatError, InvalidInput, NotFound, R3EdgeError
 
 SCORER_FILE = "scorer.json"
 TOKENIZER_FILE = "tokenizer.json"
@@ -41,7 +41,7 @@ class PromptTemplate:
     tail: str
 
     @staticmethod
-    def chatml(instruction: str) -> "PromptTemplate":
+    def chatml(instruction: str) -> PromptTemplate:
         """The ChatML framing shared by Qwen2.5 and SmolLM2 instruct models."""
         return PromptTemplate(
             head=f"<|im_start|>system\n{instruction}<|im_end|>\n<|im_start|>user\nQuery: ",
@@ -103,10 +103,10 @@ class ScorerSpec:
         return d
 
     @staticmethod
-    def from_json(d: dict) -> "ScorerSpec":
+    def from_json(d: dict) -> ScorerSpec:
         d = dict(d)
         if d.get("version") != SPEC_VERSION:
-            raise R3EdgeError(
+            raise FormatError(
                 f"scorer.json has version {d.get('version')!r}; this r3edge reads version {SPEC_VERSION}",
                 "re-export the student with this r3edge version",
             )
@@ -134,7 +134,7 @@ def _load_tokenizer(path: Path):
     from tokenizers import Tokenizer
 
     if not path.is_file():
-        raise R3EdgeError(
+        raise NotFound(
             f"no {TOKENIZER_FILE} at {path}",
             "every student directory and artifact holds tokenizer.json; re-run `r3edge train` or `r3edge export`",
         )
@@ -172,7 +172,7 @@ class Scorer:
         max_total_tokens: int = 320,
         padding_side: str = "left",
         pad_token_id: int | None = None,
-    ) -> "Scorer":
+    ) -> Scorer:
         """Resolve label token ids from the tokenizer and build a spec (used when training starts)."""
         ids = []
         for tok in label_tokens:
@@ -199,19 +199,19 @@ class Scorer:
         return Scorer(spec, tokenizer)
 
     @staticmethod
-    def load(directory: str | Path) -> "Scorer":
+    def load(directory: str | Path) -> Scorer:
         """Read ``scorer.json`` and ``tokenizer.json`` from a student checkpoint or an artifact."""
         directory = Path(directory)
         spec_path = directory / SCORER_FILE
         if not spec_path.is_file():
-            raise R3EdgeError(
+            raise NotFound(
                 f"{directory} has no {SCORER_FILE}, so r3edge cannot know how to format inputs for it",
                 "point at a directory written by `r3edge train` or `r3edge export`",
             )
         try:
             spec = ScorerSpec.from_json(json.loads(spec_path.read_text()))
         except (json.JSONDecodeError, TypeError, KeyError) as exc:
-            raise R3EdgeError(f"{spec_path} is not a valid scorer spec ({exc})", "re-run `r3edge train`") from exc
+            raise FormatError(f"{spec_path} is not a valid scorer spec ({exc})", "re-run `r3edge train`") from exc
         return Scorer(spec, _load_tokenizer(directory / TOKENIZER_FILE))
 
     def save(self, directory: str | Path) -> None:
@@ -250,10 +250,11 @@ class Scorer:
         for q, d in zip(queries, d_encs):
             qi = q_ids[q]
             if len(qi) > spec.max_query_tokens:
-                raise R3EdgeError(
+                raise InvalidInput(
                     f"query is {len(qi)} tokens, over max_query_tokens={spec.max_query_tokens} "
                     f"(query starts {q[:60]!r})",
                     "shorten the query, or raise max_query_tokens in the student config and retrain",
+                    field="query",
                 )
             budget = min(spec.max_doc_tokens, spec.max_total_tokens - self.fixed_tokens - len(qi))
             di = d.ids[:budget]
@@ -357,3 +358,21 @@ def score_pairs(
         ids, mask = scorer.collate([encoded[i] for i in idx])
         out[idx] = np.asarray(run_batch(ids, mask), dtype=np.float32)
     return out
+
+
+ScoreFn = Callable[[Sequence[str], Sequence[str]], np.ndarray]
+
+
+@dataclass
+class Scoring:
+    """A score function ``(queries, documents) -> label_logits`` with what is needed to read its
+    logits (label values) and to name it: a torch student, an artifact and a server all look alike."""
+
+    name: str
+    fn: ScoreFn
+    scorer: Scorer | None = None
+    label_values: tuple[float, ...] | None = None
+    close: Callable[[], None] = field(default=lambda: None)
+
+    def __call__(self, queries: Sequence[str], documents: Sequence[str]) -> np.ndarray:
+        return self.fn(queries, documents)

@@ -48,7 +48,7 @@ class Progress:
             tail = f"{rate:.2f}/s, ETA {_mmss(left)}"
         print(f"{self.desc}: {self.n}/{self.total} ({tail})", file=self.stream, flush=True)
 
-    def __enter__(self) -> "Progress":
+    def __enter__(self) -> Progress:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -1,11 +1,16 @@
-"""Runtimes that execute the scoring graph. Torch-free except ``torch_runtime`` (imported lazily)."""
+"""Open any scorer of the artifact contract by backend name: the ONNX artifact or the torch student.
+
+Lives in the model layer because the torch backend needs the model code; the ONNX backend is the
+torch-free :class:`r3edge.core.onnx_runtime.OnnxRuntime` (what the server loads directly), and torch
+is imported only when ``backend="torch"`` is asked for.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from r3edge.errors import R3EdgeError
-from serve.runtimes.base import Runtime
+from r3edge.core.artifact import Runtime
+from r3edge.core.errors import R3EdgeError
 
 BACKENDS = ("onnxruntime", "torch")
 
@@ -22,11 +27,11 @@ def load_runtime(
     caps intra-op threads (default: the library's choice).
     """
     if backend == "onnxruntime":
-        from serve.runtimes.onnxruntime import OnnxRuntime
+        from r3edge.core.onnx_runtime import OnnxRuntime
 
         return OnnxRuntime(artifact_dir, variant=variant, threads=threads)
     if backend == "torch":
-        from serve.runtimes.torch_runtime import TorchRuntime  # torch only on request
+        from r3edge.model.torch_runtime import TorchRuntime  # torch only on request
 
         return TorchRuntime(artifact_dir, variant=variant, threads=threads)
     raise R3EdgeError(f"unknown runtime backend {backend!r}", f"use one of {', '.join(BACKENDS)}")

@@ -1,14 +1,20 @@
-"""Typed configs read from YAML under ``configs/`` (pydantic: unknown keys are errors, not ignored)."""
+"""Typed configs read from YAML (pydantic: unknown keys are errors, not ignored).
+
+A config is given either as a path to a YAML file or by name: ``r3a-smollm2`` for a teacher is
+``configs/teacher/r3a-smollm2.yaml``, shipped inside the package as ``r3edge.configs`` and found
+with :mod:`importlib.resources`, so a pip-installed r3edge finds it without a checkout.
+"""
 
 from __future__ import annotations
 
+from importlib import resources
 from pathlib import Path
-from typing import Literal, TypeVar
+from typing import ClassVar, Literal, TypeVar
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from r3edge.errors import R3EdgeError
+from r3edge.core.errors import R3EdgeError
 
 T = TypeVar("T", bound=BaseModel)
 
@@ -65,6 +71,7 @@ class TrainParams(Strict):
 
 
 class StudentConfig(Strict):
+    kind: ClassVar[str] = "student"
     name: str
     model: ModelSpec
     scorer: ScorerBudget = ScorerBudget()
@@ -80,6 +87,7 @@ class GenerationParams(Strict):
 
 
 class TeacherConfig(Strict):
+    kind: ClassVar[str] = "teacher"
     name: str
     judge: str = "r3a"
     model: ModelSpec
@@ -87,11 +95,38 @@ class TeacherConfig(Strict):
     generation: GenerationParams = GenerationParams()
 
 
+def shipped_configs(kind: str) -> list[str]:
+    """Names of the configs of ``kind`` (``teacher``, ``student``, ``serve``) shipped with r3edge."""
+    folder = resources.files("r3edge.configs") / kind
+    return sorted(p.name[: -len(".yaml")] for p in folder.iterdir() if p.name.endswith(".yaml")) if folder.is_dir() else []
+
+
+def resolve_config(ref: str | Path, kind: str) -> Path:
+    """A config path from a path or a shipped name (``r3a-smollm2`` -> ``configs/teacher/r3a-smollm2.yaml``)."""
+    path = Path(ref)
+    if path.is_file():
+        return path
+    looks_like_path = path.suffix in (".yaml", ".yml") or len(path.parts) > 1
+    if not looks_like_path:
+        shipped = resources.files("r3edge.configs") / kind / f"{ref}.yaml"
+        if shipped.is_file():
+            return Path(str(shipped))
+    names = ", ".join(shipped_configs(kind)) or "none"
+    raise R3EdgeError(f"{kind} config {str(ref)!r} is neither a YAML file nor a shipped {kind} config",
+                      f"pass a path to a YAML file or one of the shipped names: {names}")
+
+
 def load_yaml(path: str | Path, cls: type[T]) -> T:
-    """Read a YAML config into ``cls``; errors name the file and the field."""
+    """Read a YAML config (a path, or a shipped name when ``cls`` has a ``kind``) into ``cls``.
+
+    Errors name the file and the field.
+    """
+    kind = getattr(cls, "kind", None)
+    if kind is not None:
+        path = resolve_config(path, kind)
     path = Path(path)
     if not path.is_file():
-        raise R3EdgeError(f"config {path} does not exist", f"pass one of the files under configs/ ({cls.__name__})")
+        raise R3EdgeError(f"config {path} does not exist", f"pass a YAML file that holds a {cls.__name__}")
     try:
         raw = yaml.safe_load(path.read_text()) or {}
     except yaml.YAMLError as exc:
@@ -101,4 +136,5 @@ def load_yaml(path: str | Path, cls: type[T]) -> T:
     except ValidationError as exc:
         first = exc.errors()[0]
         field = ".".join(str(p) for p in first["loc"]) or "(top level)"
-        raise R3EdgeError(f"config {path}: field '{field}': {first['msg']}", f"see configs/ for valid {cls.__name__} files") from exc
+        raise R3EdgeError(f"config {path}: field '{field}': {first['msg']}",
+                          f"fix that field; the shipped {kind or cls.__name__} configs are examples") from exc

@@ -9,14 +9,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import torch
 from torch import nn
 
-from r3edge.config import StudentConfig
-from r3edge.errors import R3EdgeError
-from r3edge.fileio import partial_dir, publish_dir
-from r3edge.models import load_causal_lm, load_model, load_tokenizer
-from r3edge.scoring import DEFAULT_INSTRUCTION, PromptTemplate, Scorer
+from r3edge.core.config import StudentConfig
+from r3edge.core.errors import R3EdgeError
+from r3edge.core.fileio import partial_dir, publish_dir
+from r3edge.core.scoring import DEFAULT_INSTRUCTION, PromptTemplate, Scorer, Scoring, score_pairs
+from r3edge.model.loading import load_causal_lm, load_model, load_tokenizer
 
 
 class LabelScorer(nn.Module):
@@ -84,3 +85,21 @@ def save_student(lm: nn.Module, scorer: Scorer, out_dir: str | Path, extra_files
     for name, text in (extra_files or {}).items():
         (tmp / name).write_text(text)
     return publish_dir(tmp, out_dir)
+
+
+def lm_score_fn(lm, scorer: Scorer, *, max_batch_tokens: int = 8192, max_batch_size: int = 64,
+                name: str = "torch") -> Scoring:
+    """Score with an in-memory causal LM through :class:`LabelScorer` (right after training, and
+    as the PyTorch reference of export parity)."""
+    graph = LabelScorer(lm, scorer.spec.label_token_ids).eval()
+    device = next(lm.parameters()).device  # after Trainer, the model may sit on a GPU
+
+    def run_batch(ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
+        with torch.no_grad():
+            return graph(torch.from_numpy(ids).to(device), torch.from_numpy(mask).to(device)).float().cpu().numpy()
+
+    def fn(queries, documents):
+        return score_pairs(scorer, run_batch, queries, documents, max_batch_tokens=max_batch_tokens,
+                           max_batch_size=max_batch_size)
+
+    return Scoring(name, fn, scorer)

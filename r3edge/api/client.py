@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from r3edge.errors import R3EdgeError
-from serve.proto import SERVICE_NAME, pb2, pb2_grpc
+from r3edge.api import SERVICE_NAME, pb2, pb2_grpc
+from r3edge.core.errors import R3EdgeError
 
 
 @dataclass(frozen=True)
@@ -34,7 +34,7 @@ class RerankerClient:
         self.health = health_pb2_grpc.HealthStub(self.channel)
 
     def rerank_raw(self, query: str, candidates: Sequence[tuple[str, str]], top_k: int = 10,
-                   timeout: float | None = None) -> "pb2.RerankResponse":
+                   timeout: float | None = None) -> pb2.RerankResponse:
         req = pb2.RerankRequest(query=query, top_k=top_k,
                                 candidates=[pb2.Candidate(id=str(i), text=t) for i, t in candidates])
         return self.stub.Rerank(req, timeout=timeout or self.timeout)
@@ -44,11 +44,11 @@ class RerankerClient:
         resp = self.rerank_raw(query, candidates, top_k, timeout)
         return [Result(r.id, r.index, r.score, tuple(r.label_probs)) for r in resp.results]
 
-    def score_pairs(self, query: str, documents: Sequence[str], timeout: float | None = None) -> "pb2.ScorePairsResponse":
+    def score_pairs(self, query: str, documents: Sequence[str], timeout: float | None = None) -> pb2.ScorePairsResponse:
         return self.stub.ScorePairs(pb2.ScorePairsRequest(query=query, documents=list(documents)),
                                     timeout=timeout or self.timeout)
 
-    def model_info(self, timeout: float | None = None) -> "pb2.ModelInfoResponse":
+    def model_info(self, timeout: float | None = None) -> pb2.ModelInfoResponse:
         return self.stub.ModelInfo(pb2.ModelInfoRequest(), timeout=timeout or self.timeout)
 
     def is_serving(self, timeout: float = 2.0) -> bool:
@@ -71,7 +71,7 @@ class RerankerClient:
     def close(self) -> None:
         self.channel.close()
 
-    def __enter__(self) -> "RerankerClient":
+    def __enter__(self) -> RerankerClient:
         return self
 
     def __exit__(self, *exc) -> None:

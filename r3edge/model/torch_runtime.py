@@ -1,8 +1,8 @@
-"""The PyTorch reference runtime: the student's own :class:`distill.student.LabelScorer`.
+"""The PyTorch reference runtime: the student's own :class:`r3edge.model.student.LabelScorer`.
 
-It is what every ONNX export is checked against and what GPU machines here serve with (no
-onnxruntime-gpu or TensorRT can be installed offline). It is the only module under ``serve/``
-that imports torch, and only when ``--backend torch`` asks for it.
+It is what ONNX exports are compared with (``r3edge eval --student``) and what runs the student on
+GPU machines here (no onnxruntime-gpu or TensorRT can be installed offline). The server never
+loads it: serving is ONNX Runtime only.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from typing import Any
 
 import numpy as np
 
-from r3edge.errors import R3EdgeError
-from serve.runtimes.base import Runtime, check_inputs
+from r3edge.core.artifact import Runtime, check_inputs
+from r3edge.core.errors import R3EdgeError
 
 _DTYPES = {"fp32": "float32", "bf16": "bfloat16"}
 
@@ -25,7 +25,7 @@ class TorchRuntime(Runtime):
                  device: str | None = None):
         import torch
 
-        from distill.student import LabelScorer, load_student
+        from r3edge.model.student import LabelScorer, load_student
 
         variant = variant or "fp32"
         if variant not in _DTYPES:

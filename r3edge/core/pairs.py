@@ -13,12 +13,12 @@ Errors name the file, the line number and the field.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
 
-from r3edge.errors import R3EdgeError
-from r3edge.fileio import atomic_write_text
+from r3edge.core.errors import R3EdgeError
+from r3edge.core.fileio import atomic_write_text
 
 
 @dataclass

@@ -22,10 +22,12 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from r3edge.errors import R3EdgeError
-from r3edge.fileio import atomic_write_text
+from r3edge.core.errors import FormatError, NotFound, R3EdgeError, check_format_version
+from r3edge.core.fileio import atomic_write_text
 
 MANIFEST = "manifest.json"
+#: Written into every labels manifest; readers refuse any other value.
+LABELS_FORMAT = "r3edge-labels/1"
 
 SCHEMA = pa.schema(
     [
@@ -55,14 +57,23 @@ SCHEMA = pa.schema(
 
 
 def read_manifest(directory: str | Path) -> dict:
+    """The labels manifest, refused unless its ``format`` is the one this r3edge writes."""
     path = Path(directory) / MANIFEST
     if not path.is_file():
-        raise R3EdgeError(f"{directory} has no {MANIFEST}: not a labels directory", "run `r3edge label` to create it")
-    return json.loads(path.read_text())
+        raise NotFound(f"{directory} has no {MANIFEST}: not a labels directory", "run `r3edge label` to create it")
+    try:
+        manifest = json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise FormatError(f"{path} is not valid JSON ({exc})", "re-run `r3edge label --overwrite`") from exc
+    check_format_version(manifest.get("format") if isinstance(manifest, dict) else None, LABELS_FORMAT, str(path),
+                         "relabel with this r3edge version (`r3edge label ... --overwrite`)")
+    return manifest
 
 
 def write_manifest(directory: str | Path, manifest: dict) -> None:
-    atomic_write_text(Path(directory) / MANIFEST, json.dumps(manifest, indent=2, ensure_ascii=False) + "\n")
+    """Write the manifest atomically with the format version stamped in."""
+    body = {"format": LABELS_FORMAT, **{k: v for k, v in manifest.items() if k != "format"}}
+    atomic_write_text(Path(directory) / MANIFEST, json.dumps(body, indent=2, ensure_ascii=False) + "\n")
 
 
 def shard_paths(directory: str | Path) -> list[Path]:

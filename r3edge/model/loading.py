@@ -21,11 +21,11 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from r3edge.errors import R3EdgeError, require
-from r3edge.fileio import publish_dir
+from r3edge.core.errors import R3EdgeError, require
+from r3edge.core.fileio import publish_dir
 
 if TYPE_CHECKING:
-    from r3edge.config import ModelSpec
+    from r3edge.core.config import ModelSpec
 
 # Qwen2's pre-tokenizer: single digits (\p{N}), unlike tiktoken's cl100k pattern.
 QWEN2_PATTERN = (
@@ -144,7 +144,7 @@ def build_random_causal_lm(architecture: dict, seed: int = 0, dtype: str = "floa
     return model
 
 
-def load_model(spec: "ModelSpec"):
+def load_model(spec: ModelSpec):
     """The one loader of a config's model (student or teacher): weights or random init, then ``keep_layers``."""
     if spec.pretrained is not None:
         lm = load_causal_lm(spec.pretrained, dtype=spec.dtype)

@@ -14,9 +14,9 @@ from typing import Any
 
 import numpy as np
 
-from r3edge.errors import R3EdgeError, require
-from r3edge.scoring import Scorer
-from serve.runtimes.base import INPUT_NAMES, MANIFEST_FILE, OUTPUT_NAME, Runtime, check_inputs, read_manifest
+from r3edge.core.artifact import INPUT_NAMES, MANIFEST_FILE, OUTPUT_NAME, Runtime, check_inputs, read_manifest
+from r3edge.core.errors import R3EdgeError, require
+from r3edge.core.scoring import Scorer
 
 DEVICES = ("auto", "cpu", "cuda", "tensorrt")
 

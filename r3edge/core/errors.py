@@ -1,0 +1,107 @@
+"""One family of typed errors for everything a user or a client can get wrong.
+
+Every error says what is wrong (``what``) and how to repair it (``fix``), and carries an
+:class:`ErrorKind`. The CLI prints ``what`` and ``fix`` and exits 2; the server maps the kind to a
+gRPC status code in one table (``r3edge.serve.server.STATUS_OF``), so nothing downstream decides a
+status by reading a message. Subclasses exist for the kinds callers branch on.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class ErrorKind(StrEnum):
+    """What sort of failure it is; decides the gRPC status code and nothing else."""
+
+    INVALID_INPUT = "invalid_input"        # a request, record, file content or flag value is wrong
+    NOT_FOUND = "not_found"                # a file, directory, model or config is missing
+    FORMAT = "format"                      # an on-disk format or its version does not match this reader
+    MISSING_DEPENDENCY = "missing_dependency"  # an optional extra is not installed
+    OVERLOADED = "overloaded"              # too much work offered: retry later
+    UNAVAILABLE = "unavailable"            # not ready yet or shutting down
+    CANCELLED = "cancelled"                # the caller went away
+    DEADLINE = "deadline"                  # the caller's deadline passed
+    CONFLICT = "conflict"                  # someone else holds the resource (e.g. a labeling lock)
+    QUALITY = "quality"                    # a numeric check failed (export parity, label validity)
+
+
+class R3EdgeError(Exception):
+    """A user-facing error: ``what`` is wrong, ``fix`` says how to repair it.
+
+    ``field`` names the offending input (``query``, ``candidates[3].text``, ``--shard``) where
+    there is one; messages for clients start with it.
+    """
+
+    kind: ErrorKind = ErrorKind.INVALID_INPUT
+
+    def __init__(self, what: str, fix: str | None = None, *, kind: ErrorKind | None = None,
+                 field: str | None = None):
+        if kind is not None:
+            self.kind = kind
+        self.what = what
+        self.fix = fix
+        self.field = field
+        super().__init__(f"{what}" + (f" — fix: {fix}" if fix else ""))
+
+
+class InvalidInput(R3EdgeError):
+    kind = ErrorKind.INVALID_INPUT
+
+
+class NotFound(R3EdgeError):
+    kind = ErrorKind.NOT_FOUND
+
+
+class FormatError(R3EdgeError):
+    """A file written by another (or a future) r3edge, or not by r3edge at all."""
+
+    kind = ErrorKind.FORMAT
+
+
+class Overloaded(R3EdgeError):
+    kind = ErrorKind.OVERLOADED
+
+
+class Unavailable(R3EdgeError):
+    kind = ErrorKind.UNAVAILABLE
+
+
+class Cancelled(R3EdgeError):
+    kind = ErrorKind.CANCELLED
+
+
+class DeadlineExceeded(R3EdgeError):
+    kind = ErrorKind.DEADLINE
+
+
+class Conflict(R3EdgeError):
+    kind = ErrorKind.CONFLICT
+
+
+class MissingExtraError(R3EdgeError):
+    """An optional dependency group is not installed."""
+
+    kind = ErrorKind.MISSING_DEPENDENCY
+
+    def __init__(self, module: str, extra: str):
+        super().__init__(
+            f"this command needs the Python package '{module}', which is not installed",
+            f"pip install 'r3edge[{extra}]' (on a CPU-only machine run `pip install torch==2.13.0` first)",
+        )
+
+
+def require(module: str, extra: str):
+    """Import ``module`` or raise a :class:`MissingExtraError` naming the extra that provides it."""
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        raise MissingExtraError(module, extra) from exc
+
+
+def check_format_version(found: object, expected: str, what: str, fix: str) -> None:
+    """Refuse a file whose ``format`` field is not ``expected`` (older, newer, or not ours)."""
+    if found != expected:
+        raise FormatError(f"{what} has format {found!r}; this r3edge reads {expected!r}", fix)
