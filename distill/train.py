@@ -152,6 +152,13 @@ def train_student(
     n_ok = int(format_ok.sum())
     if drop_unformatted:
         table = table.filter(format_ok)
+    # A sampling judge whose K samples all failed to parse left no distribution: counted, not defaulted.
+    has_label = np.asarray([p is not None for p in table.column("probs").to_pylist()], dtype=bool)
+    n_no_label = int((~has_label).sum())
+    if n_no_label:
+        print(f"train: {n_no_label} of {table.num_rows} records have no teacher distribution "
+              "(no parsable sample); dropped", flush=True)
+        table = table.filter(has_label)
     if table.num_rows == 0:
         raise R3EdgeError(
             f"{labels_dir} has no records to train on ({n_total} total, {n_ok} format_ok, "
@@ -204,7 +211,8 @@ def train_student(
         "config": config.model_dump(mode="json"),
         "labels_dir": str(labels_dir),
         "labels": _provenance(manifest, table),
-        "n_examples": {"total": n_total, "format_ok": n_ok, "trained_on": table.num_rows},
+        "n_examples": {"total": n_total, "format_ok": n_ok, "no_teacher_distribution": n_no_label,
+                       "trained_on": table.num_rows},
         "drop_unformatted": drop_unformatted,
         "docs_truncated": int(sum(1 for d in dataset["doc_tokens_dropped"] if d > 0)),
         "epochs": float(trainer.state.epoch or 0.0),

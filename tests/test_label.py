@@ -117,7 +117,7 @@ def test_resume_after_sigkill_labels_each_pair_once(sample_pairs_file, tmp_path)
     assert f"({killed_at} already done)" in done.stderr
     keys = [(r["qid"], r["docid"]) for r in read_labels(out).to_pylist()]
     assert len(keys) == len(set(keys)) == len(ALL_PAIRS) and set(keys) == ALL_PAIRS
-    assert "format_ok 0/7" in done.stderr and "score histogram" in done.stderr
+    assert "format failures 7/7" in done.stderr and "student labels" in done.stderr and "tokens in" in done.stderr
 
     mismatch = subprocess.run([*cmd, "--limit", "3"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert mismatch.returncode == 2 and "--overwrite" in mismatch.stderr and "Traceback" not in mismatch.stderr
@@ -142,3 +142,29 @@ def test_damaged_labels_dir_is_refused_and_shards_never_overwritten(labelled, tm
     new = write_shard(copy, rows[:1])
     assert new.name not in before
     assert all((copy / name).read_bytes() == data for name, data in before.items())
+
+
+def test_a_second_run_on_the_same_directory_is_refused_at_once(sample_pairs_file, tmp_path):
+    from r3edge.core.errors import Conflict
+    from r3edge.distill.teacher import RunLock
+
+    out = tmp_path / "locked"
+    with RunLock(out):
+        with pytest.raises(Conflict, match="is being labelled by pid"):
+            label_pairs(sample_pairs_file, TINY_TEACHER, out, shard_size=3)
+    assert not shard_paths(out)  # nothing interleaved
+
+
+def test_shards_merge_only_when_complete_and_disjoint(sample_pairs_file, tmp_path, capsys):
+    from r3edge.distill.teacher import merge_shards
+
+    dirs = [label_pairs(sample_pairs_file, TINY_TEACHER, tmp_path / f"s{i}", shard=f"{i}/2") for i in range(2)]
+    with pytest.raises(R3EdgeError, match="not exactly 0/2"):
+        merge_shards(sample_pairs_file, dirs[:1], tmp_path / "one")
+    with pytest.raises(R3EdgeError, match="not exactly 0/2"):
+        merge_shards(sample_pairs_file, [dirs[0], dirs[0], dirs[1]], tmp_path / "twice")
+    merged = merge_shards(sample_pairs_file, dirs, tmp_path / "merged")
+    keys = [(r["qid"], r["docid"]) for r in read_labels(merged).to_pylist()]
+    assert sorted(keys) == sorted(ALL_PAIRS) and len(keys) == len(set(keys))
+    m = read_manifest(merged)
+    assert m["complete"] and m["merged_from"] == ["0/2", "1/2"] and m["summary"]["pairs"] == len(ALL_PAIRS)

@@ -5,10 +5,11 @@ from __future__ import annotations
 import pytest
 
 from r3edge.core.errors import R3EdgeError
-from r3edge.distill.judges import get_judge, is_verbatim
+from r3edge.distill.judges import PairContext, get_judge, is_verbatim
 from r3edge.distill.judges.r3a import JUDGE
 
-DOC = "Renew your RP online via Metrash2:   upload passport,\npay 500 QR, done in 2 days ✅"
+DOC_TEXT = "Renew your RP online via Metrash2:   upload passport,\npay 500 QR, done in 2 days ✅"
+DOC = PairContext("how to renew residence permit qatar", DOC_TEXT)
 GOOD = "<think>It explains the steps.</think><extract>upload passport, pay 500 QR</extract><score>2</score>"
 
 
@@ -52,9 +53,9 @@ def test_score_is_parsed_even_when_the_format_fails():
 
 
 def test_verbatim_ignores_whitespace_but_not_words():
-    assert is_verbatim("online via Metrash2: upload passport, pay 500 QR", DOC)
-    assert not is_verbatim("online via Metrash2 upload passport", DOC)  # punctuation must be kept
-    assert not is_verbatim("   ", DOC)
+    assert is_verbatim("online via Metrash2: upload passport, pay 500 QR", DOC_TEXT)
+    assert not is_verbatim("online via Metrash2 upload passport", DOC_TEXT)  # punctuation must be kept
+    assert not is_verbatim("   ", DOC_TEXT)
 
 
 def test_intent_parser():
@@ -87,13 +88,13 @@ def test_messages_make_round_two_a_continuation_of_round_one():
     assert "best bank in doha?" in r1[1]["content"] and "[2] bank 🏦" in r1[1]["content"]
     assert "no posts available" in JUDGE.intent_messages("q", [])[1]["content"]
     history = [*r1, {"role": "assistant", "content": "<think>t</think><intent>i</intent>"}]
-    r2 = JUDGE.assess_messages("best bank in doha?", "CBQ has no fees", history)
+    r2 = JUDGE.assess_messages(PairContext("best bank in doha?", "CBQ has no fees"), history)
     assert r2[:3] == history and r2[3]["role"] == "user" and "CBQ has no fees" in r2[3]["content"]
 
 
 def test_registry_and_identity():
     assert get_judge("r3a") is JUDGE
     assert len(JUDGE.prompt_hash) == 64 and JUDGE.native_scale == "0..2"
-    assert [JUDGE.to_label(i) for i in range(3)] == [0, 1, 2]
+    assert JUDGE.native_values == (0, 1, 2) and JUDGE.score_tokens == ("0", "1", "2") and JUDGE.two_round
     with pytest.raises(R3EdgeError, match="unknown judge"):
         get_judge("nope")

@@ -15,13 +15,15 @@ import numpy as np
 
 from r3edge.core.config import GenerationParams, ModelSpec
 from r3edge.core.errors import R3EdgeError, require
-from r3edge.distill.backends import Generation
+from r3edge.distill.backends import Conversation, Generation
 
 _torch = require("torch", "train")
 _transformers = require("transformers", "train")
 
 
 class TransformersBackend:
+    name = "transformers"
+
     def __init__(self, spec: ModelSpec, params: GenerationParams):
         self.torch = _torch
         from r3edge.model.loading import load_model, load_tokenizer
@@ -46,6 +48,13 @@ class TransformersBackend:
         gc.top_k = gc.top_k if sample else None
         eos = gc.eos_token_id
         self._stop_ids = set(eos if isinstance(eos, list) else [eos]) | {self.tokenizer.pad_token_id}
+        self._score_ids: dict[tuple[tuple[str, ...], str], list[int]] = {}
+
+    def close(self) -> None:
+        """Nothing to release: the model goes with the process."""
+
+    def _prompts(self, convs: Sequence[Conversation]) -> list[str]:
+        return [self.render(messages) + prefix for messages, prefix in convs]
 
     def render(self, messages: list[dict[str, str]]) -> str:
         """The chat-template prompt text, ending where the assistant's reply starts."""
@@ -82,9 +91,10 @@ class TransformersBackend:
         mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows], dtype=torch.long)
         return ids, mask
 
-    def generate(self, prompts: Sequence[str], max_new_tokens: int, stop: Sequence[str]) -> list[Generation]:
+    def generate(self, convs: Sequence[Conversation], max_new_tokens: int, stop: Sequence[str]) -> list[Generation]:
         """Greedy (or sampled, if temperature > 0) completions, stopping at any of ``stop``."""
         torch = self.torch
+        prompts = self._prompts(convs)
         out: list[Generation | None] = [None] * len(prompts)
         for idx, rows in self._batches(prompts):
             ids, mask = self._pad(rows)
@@ -98,13 +108,37 @@ class TransformersBackend:
                 out[i] = Generation(text=text, prompt_tokens=len(rows[j]), completion_tokens=n, latency_s=share)
         return out  # type: ignore[return-value]
 
-    def _generate(self, ids, mask, max_new_tokens: int, stop: Sequence[str]):
+    def _generate(self, ids, mask, max_new_tokens: int, stop: Sequence[str], **kw):
         return self.model.generate(
             input_ids=ids, attention_mask=mask, max_new_tokens=max_new_tokens,
             stopping_criteria=_transformers.StoppingCriteriaList(
                 [_TailStop(self.tokenizer, stop, ids.shape[1])] if stop else []),
-            return_dict_in_generate=True,
+            return_dict_in_generate=True, **kw,
         )
+
+    def sample(self, convs: Sequence[Conversation], max_new_tokens: int, stop: Sequence[str], k: int,
+               temperature: float) -> list[list[Generation]]:
+        """``k`` sampled completions per conversation with their log-likelihoods (Retro*'s mean@k)."""
+        torch = self.torch
+        prompts = self._prompts(convs)
+        out: list[list[Generation]] = [[] for _ in prompts]
+        for idx, rows in self._batches(prompts):
+            ids, mask = self._pad(rows)
+            t0 = time.perf_counter()
+            with torch.inference_mode():
+                res = self._generate(ids, mask, max_new_tokens, stop, do_sample=True, temperature=temperature,
+                                     top_p=1.0, top_k=0, num_return_sequences=k, output_scores=True)
+                steps = self.model.compute_transition_scores(res.sequences, res.scores, normalize_logits=True)
+            share = (time.perf_counter() - t0) / (len(rows) * k)
+            new = res.sequences[:, ids.shape[1]:].tolist()
+            for j, i in enumerate(idx):
+                for s in range(k):
+                    row = j * k + s
+                    n, text = self._cut(new[row])
+                    lp = float(steps[row, :n].double().sum())
+                    out[i].append(Generation(text=text, prompt_tokens=len(rows[j]), completion_tokens=n,
+                                             latency_s=share, logprob=lp))
+        return out
 
     def _cut(self, gen: list[int]) -> tuple[int, str]:
         """Generated tokens up to and including the first stop token, and their text."""
@@ -112,21 +146,27 @@ class TransformersBackend:
         return n, self.tokenizer.decode(gen[:n], skip_special_tokens=True)
 
     def generate_and_score(
-        self, prompts: Sequence[str], max_new_tokens: int, stop: Sequence[str],
-        complete: Callable[[str], str], token_ids: Sequence[int],
+        self, convs: Sequence[Conversation], max_new_tokens: int, score_open: str,
+        repair: Callable[[str], tuple[str, bool]], score_tokens: Sequence[str],
     ) -> tuple[list[Generation], np.ndarray]:
-        """Generate, then read the next-token distribution over ``token_ids`` after ``complete(text)``.
+        """Generate up to ``score_open``, then read the next-token distribution over ``score_tokens``.
 
-        ``complete`` turns a generation into the text that must precede the score (e.g. cut at
-        ``<score>`` or repaired). The read-out reuses the generation's KV cache: the generated tokens
+        ``repair(prefix + text)`` returns the reply that must precede the score (cut at the marker,
+        or a cut-off reasoning closed and the marker appended) and whether it had to repair. The
+        read-out reuses the generation's KV cache: the generated tokens
         that survive in the completed text stay, the rest are masked out, and only the appended
         tokens are run, so the long prompt is not prefilled a second time (that was half the cost).
         ``latency_s`` covers generation and read-out.
         """
         torch = self.torch
+        prompts = self._prompts(convs)
+        key = (tuple(score_tokens), score_open)
+        if key not in self._score_ids:
+            self._score_ids[key] = self.score_token_ids(score_tokens, score_open)
+        stop = [score_open]
         out: list[Generation | None] = [None] * len(prompts)
-        probs = np.zeros((len(prompts), len(token_ids)), dtype=np.float64)
-        sel = torch.tensor(list(token_ids), dtype=torch.long)
+        probs = np.zeros((len(prompts), len(score_tokens)), dtype=np.float64)
+        sel = torch.tensor(self._score_ids[key], dtype=torch.long)
         pad = self.tokenizer.pad_token_id
         for idx, rows in self._batches(prompts):
             ids, mask = self._pad(rows)
@@ -139,7 +179,9 @@ class TransformersBackend:
                 for j in range(len(rows)):
                     gen = new[j]
                     n, text = self._cut(gen)
-                    target = complete(text)
+                    prefix = convs[idx[j]][1]
+                    full, was_repaired = repair(prefix + text)
+                    target = full[len(prefix):]
                     k = n
                     while k > 0:  # longest run of generated tokens that the completed text starts with
                         if gen[k - 1] not in self._stop_ids:
@@ -148,7 +190,7 @@ class TransformersBackend:
                                 break
                         k -= 1
                     head = self.tokenizer.decode(gen[:k], skip_special_tokens=True)
-                    texts.append((text, n))
+                    texts.append((text, n, was_repaired))
                     keep.append(k)
                     tails.append(self.tokenizer.encode(target[len(head):], add_special_tokens=False))
                 # per row, the last kept token is fed again (masked out of the cache) so that every row
@@ -170,8 +212,9 @@ class TransformersBackend:
                 p = torch.softmax(logits[:, -1, :].index_select(-1, sel).double(), dim=-1).numpy()
             share = (time.perf_counter() - t0) / len(rows)
             for j, i in enumerate(idx):
-                text, n = texts[j]
-                out[i] = Generation(text=text, prompt_tokens=len(rows[j]), completion_tokens=n, latency_s=share)
+                text, n, was_repaired = texts[j]
+                out[i] = Generation(text=text, prompt_tokens=len(rows[j]), completion_tokens=n, latency_s=share,
+                                    repaired=was_repaired)
                 probs[i] = p[j]
         return out, probs  # type: ignore[return-value]
 

@@ -1,13 +1,20 @@
-"""Teacher judges as plug-ins: one module per rubric (prompts + parser + score mapping).
+"""Teacher judges as plug-ins: one module per rubric (prompts + parser + native scale).
 
 A judge knows nothing about models. The backend asks it for chat messages, generates, and hands the
-text back to be parsed, so adding UMBRELA or Retro* is one module here plus one entry in
-:data:`JUDGES`; the labelling run, the backend and the label files stay as they are.
+text back to be parsed, so a new rubric is one module here plus one entry in :data:`JUDGES`; the
+labelling run, the backends and the label files stay as they are.
 
-The contract that makes Rank1-style score read-out possible: every judge's verdict ends with a fixed
-``score_open`` marker (``<score>``) after which the next token is the score. The backend stops
-generation at that marker (or repairs a cut-off reasoning with :meth:`Judge.repair`) and reads the
-probabilities of the ``score_tokens`` at that position.
+Two ways to get a soft label, chosen by the judge:
+
+* **read-out** (``score_tokens`` set: every native score is one token, e.g. 0..2, 0..3, 0..5): the
+  verdict ends with a fixed ``score_open`` marker after which the next token is the score. The
+  backend stops at that marker (or repairs a cut-off reasoning with :meth:`Judge.repair`) and reads
+  the probabilities of the ``score_tokens`` there (Rank1's trick);
+* **sampling** (``score_tokens`` is None, e.g. Retro*'s 0..100): K reasoning trajectories are
+  sampled and their parsed scores integrated (uniform or likelihood-weighted mean@k).
+
+The native scale is mapped to the student's labels by the teacher config (``label_map`` for integer
+scales, ``bands`` for 0..100), never implicitly.
 """
 
 from __future__ import annotations
@@ -15,14 +22,31 @@ from __future__ import annotations
 import hashlib
 import importlib
 import re
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from r3edge.core.errors import R3EdgeError
 
 #: judge name -> module under r3edge.distill.judges that defines ``JUDGE``
-JUDGES = {"r3a": "r3edge.distill.judges.r3a"}
+JUDGES = {
+    "r3a": "r3edge.distill.judges.r3a",
+    "umbrela": "r3edge.distill.judges.umbrela",
+    "retro": "r3edge.distill.judges.retro",
+    "tongxiao": "r3edge.distill.judges.tongxiao",
+    "true": "r3edge.distill.judges.true_usefulness",
+    "crux": "r3edge.distill.judges.crux",
+}
+
+
+@dataclass(frozen=True)
+class PairContext:
+    """What a judge sees of one pair: texts plus the optional context some rubrics read."""
+
+    query: str
+    document: str                        # already cut to the teacher's max_doc_chars
+    query_meta: Mapping = field(default_factory=dict)   # e.g. query_time, task, session signals
+    doc_meta: Mapping = field(default_factory=dict)     # e.g. title, site, published, clicks, dwell
 
 
 @dataclass(frozen=True)
@@ -35,13 +59,18 @@ class Intent:
 
 @dataclass(frozen=True)
 class Assessment:
-    """A parsed verdict. Nothing is defaulted: a missing part is ``None`` and ``format_ok`` is false."""
+    """A parsed verdict. Nothing is defaulted: a missing part is ``None`` and ``format_ok`` is false.
+
+    ``score`` is on the judge's native scale; ``details`` holds rubric-specific parts (Tongxiao's
+    match / trustworthy / recency) and is stored with the record as JSON.
+    """
 
     score: int | None
     extract: str | None
     extract_is_verbatim: bool
     format_ok: bool
     problems: tuple[str, ...] = ()
+    details: Mapping | None = None
 
 
 Messages = list[dict[str, str]]
@@ -49,23 +78,24 @@ Messages = list[dict[str, str]]
 
 class Judge(Protocol):
     name: str
-    native_scale: str            # e.g. "0..2"; written into every record
-    score_tokens: tuple[str, ...]  # the tokens read at the score position, in label order
-    score_open: str              # generation stops here; the next token is the score
-    prompt_hash: str             # sha256 of the templates: a prompt change is a different teacher
-    reply_prefix: str            # prefilled at the start of every assistant reply (part of the raw text)
+    native_scale: str              # e.g. "0..2"; written into every record
+    native_values: tuple[int, ...]  # every score the rubric allows, e.g. (0, 1, 2) or 0..100
+    score_tokens: tuple[str, ...] | None  # read-out tokens, one per native value in order; None: sample
+    score_open: str                # the reasoning ends here; what follows is the score
+    prompt_hash: str               # sha256 of the templates: a prompt change is a different teacher
+    reply_prefix: str              # prefilled at the start of every assistant reply (part of the raw text)
+    two_round: bool                # R³A: an intent round per query before the per-pair round
+    default_label_map: Mapping[int, int] | None  # suggested native -> student label (configs state theirs)
 
     def intent_messages(self, query: str, aux_docs: Sequence[str]) -> Messages: ...
 
     def parse_intent(self, text: str) -> Intent: ...
 
-    def assess_messages(self, query: str, document: str, history: Messages) -> Messages: ...
+    def assess_messages(self, pair: PairContext, history: Messages | None) -> Messages: ...
 
-    def parse_assessment(self, text: str, document: str) -> Assessment: ...
+    def parse_assessment(self, text: str, pair: PairContext) -> Assessment: ...
 
     def repair(self, generation: str) -> tuple[str, bool]: ...
-
-    def to_label(self, native: int) -> int: ...
 
 
 def get_judge(name: str) -> Judge:
@@ -94,3 +124,27 @@ def is_verbatim(extract: str, document: str) -> bool:
     models re-flow line breaks, and a paraphrase must not pass as evidence."""
     e = normalize_ws(extract)
     return bool(e) and e in normalize_ws(document)
+
+
+#: a tag cut off at the end of a generation (``<sco``), dropped before a repair appends its own
+PARTIAL_TAG = re.compile(r"<[^<>]*$")
+
+
+def tag_problems(text: str, tags: Sequence[str]) -> tuple[list[str], dict[str, str]]:
+    """Check the strict ``<a>..</a><b>..</b>`` layout; return problems and the first body of each tag."""
+    problems: list[str] = []
+    bodies: dict[str, str] = {}
+    for tag in tags:
+        n_open, n_close = text.count(f"<{tag}>"), text.count(f"</{tag}>")
+        if n_open == 0 and n_close == 0:
+            problems.append(f"missing <{tag}>")
+        elif n_open != 1 or n_close != 1:
+            problems.append(f"<{tag}> opened {n_open} and closed {n_close} times")
+        m = re.search(rf"<{tag}>(.*?)</{tag}>", text, re.DOTALL)
+        if m:
+            bodies[tag] = m.group(1)
+    if not problems:
+        pattern = r"\s*" + r"\s*".join(rf"<{t}>(.*?)</{t}>" for t in tags) + r"\s*"
+        if re.fullmatch(pattern, text, re.DOTALL) is None:
+            problems.append("tags out of order, nested, or text outside the tags")
+    return problems, bodies

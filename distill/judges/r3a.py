@@ -11,11 +11,19 @@ them, score in {0,1,2}, and the extract copied from the post (whitespace-normali
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from r3edge.distill.judges import Assessment, Intent, Messages, is_verbatim, templates_hash
+from r3edge.distill.judges import (
+    PARTIAL_TAG,
+    Assessment,
+    Intent,
+    Messages,
+    PairContext,
+    is_verbatim,
+    tag_problems,
+    templates_hash,
+)
 
 SYSTEM = (
     "You are a content-understanding engineer at a user-generated-content platform. People post short, "
@@ -58,34 +66,14 @@ LABELS = ("0", "1", "2")
 
 _INTENT_TAGS = ("think", "intent")
 _ASSESS_TAGS = ("think", "extract", "score")
-_PARTIAL_TAG = re.compile(r"<[^<>]*$")
-
-
-def _tag_problems(text: str, tags: Sequence[str]) -> tuple[list[str], dict[str, str]]:
-    """Check the strict ``<a>..</a><b>..</b>`` layout; return problems and the first body of each tag."""
-    problems: list[str] = []
-    bodies: dict[str, str] = {}
-    for tag in tags:
-        n_open, n_close = text.count(f"<{tag}>"), text.count(f"</{tag}>")
-        if n_open == 0 and n_close == 0:
-            problems.append(f"missing <{tag}>")
-        elif n_open != 1 or n_close != 1:
-            problems.append(f"<{tag}> opened {n_open} and closed {n_close} times")
-        m = re.search(rf"<{tag}>(.*?)</{tag}>", text, re.DOTALL)
-        if m:
-            bodies[tag] = m.group(1)
-    if not problems:
-        pattern = r"\s*" + r"\s*".join(rf"<{t}>(.*?)</{t}>" for t in tags) + r"\s*"
-        if re.fullmatch(pattern, text, re.DOTALL) is None:
-            problems.append("tags out of order, nested, or text outside the tags")
-    return problems, bodies
-
-
 @dataclass(frozen=True)
 class R3AJudge:
     name: str = "r3a"
     native_scale: str = "0..2"
-    score_tokens: tuple[str, ...] = LABELS
+    native_values: tuple[int, ...] = (0, 1, 2)
+    score_tokens: tuple[str, ...] | None = LABELS
+    two_round: bool = True
+    default_label_map: dict | None = field(default_factory=lambda: {0: 0, 1: 1, 2: 2})
     score_open: str = SCORE_OPEN
     reply_prefix: str = REPLY_PREFIX
     prompt_hash: str = field(
@@ -99,18 +87,19 @@ class R3AJudge:
             {"role": "user", "content": INTENT_USER.format(query=query, aux=aux)},
         ]
 
-    def assess_messages(self, query: str, document: str, history: Messages) -> Messages:
+    def assess_messages(self, pair: PairContext, history: Messages | None) -> Messages:
         """``history`` is round 1 including the assistant's reply: round 2 is the same conversation."""
-        return [*history, {"role": "user", "content": ASSESS_USER.format(document=document)}]
+        return [*(history or []), {"role": "user", "content": ASSESS_USER.format(document=pair.document)}]
 
     def parse_intent(self, text: str) -> Intent:
-        problems, bodies = _tag_problems(text, _INTENT_TAGS)
+        problems, bodies = tag_problems(text, _INTENT_TAGS)
         intent = bodies.get("intent")
         intent = intent.strip() if intent is not None else None
         return Intent(intent=intent or None, format_ok=not problems and bool(intent))
 
-    def parse_assessment(self, text: str, document: str) -> Assessment:
-        problems, bodies = _tag_problems(text, _ASSESS_TAGS)
+    def parse_assessment(self, text: str, pair: PairContext) -> Assessment:
+        document = pair.document
+        problems, bodies = tag_problems(text, _ASSESS_TAGS)
         score = None
         raw_score = bodies.get("score")
         if raw_score is not None:
@@ -138,7 +127,7 @@ class R3AJudge:
         cut = generation.find(SCORE_OPEN)
         if cut >= 0:
             return generation[: cut + len(SCORE_OPEN)], False
-        text = _PARTIAL_TAG.sub("", generation).rstrip()
+        text = PARTIAL_TAG.sub("", generation).rstrip()
         if text.count("<think>") > text.count("</think>"):
             text += "</think>"
         if "<extract>" not in text:
@@ -146,9 +135,6 @@ class R3AJudge:
         elif text.count("<extract>") > text.count("</extract>"):
             text += "</extract>"
         return text + SCORE_OPEN, True
-
-    def to_label(self, native: int) -> int:
-        return int(native)
 
 
 JUDGE = R3AJudge()

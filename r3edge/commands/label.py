@@ -1,9 +1,17 @@
-"""Label pairs with a teacher judge (R³A two-round by default) into resumable Parquet shards.
+"""Label pairs with a teacher judge into resumable Parquet shards (or merge the shards of n workers).
 
-Round 1 infers each query's intent once; round 2 judges every pair, and the score is read as the
-teacher's probabilities over "0", "1", "2" at the <score> position (soft labels for the student).
-Re-running the same command after an interruption resumes where it stopped; --shard i/n splits the
-queries of one pairs file across n workers (each with its own --out).
+Judges (``judge:`` in the teacher config): r3a (two-round, default), umbrela (0..2), retro (0..100
+rubric, K samples integrated), tongxiao (match / trustworthy / recency / overall 0..3), true
+(usefulness 0..3 from session and behaviour signals), crux (answerability 0..5). Each config maps
+the judge's native scale to the student's labels. Backends: transformers (in-process) or openai (any
+OpenAI-compatible server with logprobs: vLLM, SGLang, TGI), e.g. a GPU vLLM serving R³A-7B:
+
+    r3edge label pairs.jsonl --teacher r3a-7b --backend openai --base-url http://GPU-HOST:8000/v1 --out labels/
+
+Re-running the same command after an interruption resumes where it stopped; a second run on the
+same --out is refused while the first is alive. --shard i/n splits the queries of one pairs file
+across n workers (each with its own --out); `--merge DIR0 DIR1 ...` then checks that the n shards
+are complete, disjoint and cover the pairs file, and writes one labels directory.
 """
 
 from __future__ import annotations
@@ -14,9 +22,15 @@ import argparse
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("pairs", help="pairs JSONL (candidate-list or flat form; see DESIGN.md contract 1)")
     parser.add_argument("--teacher", default="r3a-smollm2",
-                        help="teacher config: a shipped name (r3a-smollm2, r3a-7b, ...) or a YAML path "
-                             "(judge, model, generation budgets)")
+                        help="teacher config: a shipped name (r3a-smollm2, r3a-7b, umbrela-smollm2, retro-smollm2, "
+                             "tongxiao-smollm2, true-smollm2, crux-smollm2, ...) or a YAML path")
     parser.add_argument("--out", required=True, help="labels directory (manifest.json + part-*.parquet)")
+    parser.add_argument("--backend", default=None, choices=["transformers", "openai"],
+                        help="generation backend (default: the teacher config's)")
+    parser.add_argument("--base-url", default=None, metavar="URL",
+                        help="OpenAI-compatible server for --backend openai, e.g. http://127.0.0.1:8000/v1")
+    parser.add_argument("--samples", type=int, default=None, metavar="K",
+                        help="sampled trajectories per pair for sampling judges (retro's mean@K; default: the config's)")
     parser.add_argument("--shard-size", type=int, default=64,
                         help="pairs per Parquet shard; also the unit of resumption (a kill loses at most one)")
     parser.add_argument("--shard", default="0/1", metavar="I/N",
@@ -24,11 +38,19 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--limit", type=int, default=None, help="label only the first N pairs (of this shard)")
     parser.add_argument("--overwrite", action="store_true",
                         help="discard labels already in --out instead of resuming (needed when the teacher or pairs changed)")
+    parser.add_argument("--merge", nargs="+", default=None, metavar="DIR",
+                        help="merge the labels directories of all N shards of PAIRS into --out (checked complete and disjoint)")
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.merge:
+        from r3edge.distill.teacher import merge_shards
+
+        merge_shards(args.pairs, args.merge, args.out, overwrite=args.overwrite)
+        return 0
     from r3edge.distill.teacher import label_pairs
 
     label_pairs(args.pairs, args.teacher, args.out, shard_size=args.shard_size, shard=args.shard,
-                limit=args.limit, overwrite=args.overwrite)
+                limit=args.limit, overwrite=args.overwrite, backend=args.backend, base_url=args.base_url,
+                samples=args.samples)
     return 0

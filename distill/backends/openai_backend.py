@@ -1,0 +1,190 @@
+"""OpenAI-compatible backend: chat completions with logprobs against vLLM, SGLang or TGI.
+
+Every conversation is one HTTP request (bounded concurrency), so the server's continuous batching
+does the batching and its prefix cache reuses what pairs share (R³A's round-1 conversation, the
+judge's system prompt). The assistant prefix is continued, not re-generated
+(``continue_final_message``, a vLLM/SGLang extension of the chat API).
+
+Score read-out, Rank1-style: generate the reasoning with the judge's score marker as a stop string;
+repair a reply cut off by ``max_tokens`` (the judge closes it and appends the marker); then ask for
+one more token after the marker with ``logprobs`` and read the probabilities of the score tokens
+there. The distribution is taken from ``top_logprobs`` (the server's top 20); score tokens outside
+it get the 20th token's probability as an upper bound and the record's row is renormalised, which
+the probability of a token outside a greedy top-20 cannot move by more than that bound. A server
+that returns no logprobs is an error naming the fix, never a silent uniform label.
+
+Transient failures (HTTP 429/5xx, connection errors, timeouts) are retried with exponential backoff;
+anything else fails the run at once with the server's message.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+from r3edge.core.errors import R3EdgeError, Unavailable
+from r3edge.distill.backends import Conversation, Generation
+
+TOP_LOGPROBS = 20
+RETRY_STATUS = {408, 429, 500, 502, 503, 504}
+
+
+class OpenAIBackend:
+    name = "openai"
+
+    def __init__(self, teacher_config, base_url: str | None = None, *, max_concurrency: int = 64,
+                 timeout_s: float = 600.0, retries: int = 5, backoff_s: float = 1.0):
+        self.base_url = (base_url or teacher_config.base_url or "").rstrip("/")
+        if not self.base_url:
+            raise R3EdgeError("the openai backend needs a server address", "pass --base-url http://HOST:PORT/v1")
+        self.model = teacher_config.served_model or teacher_config.model.pretrained
+        if not self.model:
+            raise R3EdgeError(f"teacher config {teacher_config.name!r} names no model for the server",
+                              "set 'served_model' (the name the server lists at /v1/models)")
+        self.params = teacher_config.generation
+        self.timeout_s, self.retries, self.backoff_s = timeout_s, retries, backoff_s
+        self._pool = ThreadPoolExecutor(max_concurrency, thread_name_prefix="r3edge-openai")
+        self._lock = threading.Lock()
+        self.retried = 0
+        self._check_model()
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+    # -- HTTP -------------------------------------------------------------------------------
+    def _request(self, method: str, path: str, body: dict | None = None) -> dict:
+        url = f"{self.base_url}{path}"
+        data = json.dumps(body).encode("utf-8") if body is not None else None
+        delay = self.backoff_s
+        for attempt in range(self.retries + 1):
+            req = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": "application/json"})
+            try:
+                with urllib.request.urlopen(req, timeout=self.timeout_s) as resp:
+                    return json.load(resp)
+            except urllib.error.HTTPError as exc:
+                detail = exc.read().decode("utf-8", "replace")[:500]
+                if exc.code not in RETRY_STATUS or attempt == self.retries:
+                    raise R3EdgeError(f"{method} {url} answered HTTP {exc.code}: {detail}", _fix_for(exc.code, self.model)) from exc
+            except (urllib.error.URLError, TimeoutError, ConnectionError) as exc:
+                if attempt == self.retries:
+                    raise Unavailable(f"cannot reach {url} ({exc})",
+                                      "start the server (e.g. `python -m vllm.entrypoints.openai.api_server --model DIR`) "
+                                      "or fix --base-url") from exc
+            with self._lock:
+                self.retried += 1
+            time.sleep(delay)
+            delay = min(delay * 2, 30.0)
+        raise AssertionError("unreachable")
+
+    def _check_model(self) -> None:
+        listed = [m.get("id") for m in self._request("GET", "/models").get("data", [])]
+        if self.model not in listed:
+            raise R3EdgeError(f"the server at {self.base_url} serves {listed}, not {self.model!r}",
+                              "set 'served_model' in the teacher config to one of those names")
+
+    def _chat(self, conv: Conversation, **kw) -> dict:
+        messages, prefix = conv
+        body = {"model": self.model, "messages": [*messages, {"role": "assistant", "content": prefix}],
+                "add_generation_prompt": False, "continue_final_message": True, **kw}
+        if not prefix:  # an empty assistant turn would be rendered as a finished (empty) reply
+            body.update(messages=list(messages), add_generation_prompt=True, continue_final_message=False)
+        return self._request("POST", "/chat/completions", body)
+
+    def _map(self, fn, items):
+        return list(self._pool.map(fn, items))
+
+    # -- the three calls ----------------------------------------------------------------------
+    def generate(self, convs: Sequence[Conversation], max_new_tokens: int, stop: Sequence[str]) -> list[Generation]:
+        def one(conv):
+            t0 = time.perf_counter()
+            r = self._chat(conv, max_tokens=max_new_tokens, temperature=self.params.temperature,
+                           stop=list(stop) or None, include_stop_str_in_output=True)
+            return _generation(r, 0, time.perf_counter() - t0)
+
+        return self._map(one, convs)
+
+    def sample(self, convs: Sequence[Conversation], max_new_tokens: int, stop: Sequence[str], k: int,
+               temperature: float) -> list[list[Generation]]:
+        def one(conv):
+            t0 = time.perf_counter()
+            r = self._chat(conv, max_tokens=max_new_tokens, temperature=temperature, n=k, logprobs=True,
+                           stop=list(stop) or None, include_stop_str_in_output=True)
+            share = (time.perf_counter() - t0) / k
+            gens = []
+            for i in range(len(r["choices"])):
+                content = (r["choices"][i].get("logprobs") or {}).get("content")
+                if content is None:
+                    raise _no_logprobs(self.base_url)
+                gens.append(_generation(r, i, share, logprob=float(sum(t["logprob"] for t in content))))
+            return gens
+
+        return self._map(one, convs)
+
+    def generate_and_score(self, convs: Sequence[Conversation], max_new_tokens: int, score_open: str,
+                           repair: Callable[[str], tuple[str, bool]], score_tokens: Sequence[str],
+                           ) -> tuple[list[Generation], np.ndarray]:
+        def one(conv):
+            messages, prefix = conv
+            t0 = time.perf_counter()
+            r = self._chat(conv, max_tokens=max_new_tokens, temperature=self.params.temperature,
+                           stop=[score_open], include_stop_str_in_output=True)
+            gen = _generation(r, 0, 0.0)
+            reply, repaired = repair(prefix + gen.text)
+            r2 = self._chat((messages, reply), max_tokens=1, temperature=0.0, logprobs=True, top_logprobs=TOP_LOGPROBS)
+            probs = _score_probs(r2, score_tokens, self.base_url)
+            latency = time.perf_counter() - t0
+            return (Generation(text=gen.text, prompt_tokens=gen.prompt_tokens, completion_tokens=gen.completion_tokens,
+                               latency_s=latency, repaired=repaired), probs)
+
+        results = self._map(one, convs)
+        return [g for g, _ in results], np.array([p for _, p in results], dtype=np.float64)
+
+
+def _generation(resp: dict, i: int, latency_s: float, logprob: float | None = None) -> Generation:
+    choice = resp["choices"][i]
+    usage = resp.get("usage") or {}
+    n = len(resp["choices"])
+    completion = usage.get("completion_tokens", 0) // max(n, 1)
+    return Generation(text=choice["message"].get("content") or "", prompt_tokens=int(usage.get("prompt_tokens", 0)),
+                      completion_tokens=int(completion), latency_s=latency_s, logprob=logprob)
+
+
+def _score_probs(resp: dict, score_tokens: Sequence[str], base_url: str) -> np.ndarray:
+    """p(score token) at the position after the marker, renormalised over the score tokens."""
+    content = (resp["choices"][0].get("logprobs") or {}).get("content")
+    if not content:
+        raise _no_logprobs(base_url)
+    top = content[0].get("top_logprobs") or []
+    if not top:
+        raise _no_logprobs(base_url)
+    by_token: dict[str, float] = {}
+    for t in top:
+        key = t["token"].strip()
+        by_token[key] = max(by_token.get(key, -math.inf), float(t["logprob"]))
+    floor = min(float(t["logprob"]) for t in top)  # anything outside the top-k is at most this likely
+    lp = np.array([by_token.get(tok, floor) for tok in score_tokens], dtype=np.float64)
+    p = np.exp(lp - lp.max())
+    return p / p.sum()
+
+
+def _no_logprobs(base_url: str) -> R3EdgeError:
+    return R3EdgeError(f"the server at {base_url} returned no logprobs, so the teacher's score distribution cannot be read",
+                       "use a server that supports logprobs/top_logprobs in chat completions (vLLM, SGLang), "
+                       "and do not start it with logprobs disabled")
+
+
+def _fix_for(status: int, model: str) -> str:
+    if status == 404:
+        return f"check --base-url (it should end in /v1) and that the server serves {model!r}"
+    if status == 400:
+        return ("the server refused the request: check max_model_len against the prompt + generation budget, "
+                "and that its chat template accepts continue_final_message")
+    return "see the server's log"
