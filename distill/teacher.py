@@ -416,7 +416,7 @@ class _Run:
         return out
 
     def _sampled(self, convs, pairs) -> list[dict]:
-        from r3edge.distill.judges.retro import integrate
+        from r3edge.distill.judges.retro import closest_sample, integrate
 
         judge, cfg, pre = self.judge, self.cfg, self.judge.reply_prefix
         samples = self.backend.sample(convs, cfg.generation.assess_max_new_tokens, [], cfg.samples, cfg.sample_temperature)
@@ -428,8 +428,7 @@ class _Run:
             native = integrate(scores, lps if cfg.integration == "likelihood" else None, cfg.integration)
             weights = _sample_weights(scores, lps, cfg.integration)
             probs = self.mapping.from_samples(scores, weights)
-            best = min(range(len(gens)), key=lambda i: (scores[i] is None,
-                                                        abs(scores[i] - native) if scores[i] is not None and native is not None else 0))
+            best = closest_sample(scores, native) if native is not None else 0
             out.append({"parsed": parsed_all[best], "probs": [float(x) for x in probs] if probs is not None else None,
                         "score": int(np.argmax(probs)) if probs is not None else None,
                         "native": float(native) if native is not None else None,
@@ -446,17 +445,12 @@ def _verdict_tail(judge, native: int) -> str:
 
 
 def _sample_weights(scores, logprobs, mode: str) -> np.ndarray:
-    """Per-sample weights: uniform, or softmax of the trajectory log-likelihoods (parsable samples only)."""
-    ok = np.array([s is not None for s in scores], dtype=bool)
-    w = np.zeros(len(scores), dtype=np.float64)
-    if not ok.any():
-        return w
-    if mode == "likelihood" and all(lp is not None for lp, o in zip(logprobs, ok) if o):
-        lp = np.array([lp if o else -np.inf for lp, o in zip(logprobs, ok)], dtype=np.float64)
-        w = np.exp(lp - lp[ok].max())
-    else:
-        w[ok] = 1.0
-    return w / w.sum()
+    """Retro*'s integration weights (:func:`retro.sample_weights`), normalised to sum to 1 over the
+    parsable samples (all zero when none parsed)."""
+    from r3edge.distill.judges.retro import sample_weights
+
+    w = np.asarray(sample_weights(scores, logprobs if mode == "likelihood" else None, mode), dtype=np.float64)
+    return w / w.sum() if w.sum() > 0 else w
 
 
 def run_summary(out: str | Path) -> dict:

@@ -130,6 +130,15 @@ def is_verbatim(extract: str, document: str) -> bool:
 PARTIAL_TAG = re.compile(r"<[^<>]*$")
 
 
+def close_think(generation: str) -> str:
+    """The first step of every Rank1 repair of a ``<think>`` reply: drop a cut-off trailing tag and
+    close a ``<think>`` left open."""
+    text = PARTIAL_TAG.sub("", generation).rstrip()
+    if text.count("<think>") > text.count("</think>"):
+        text += "</think>"
+    return text
+
+
 def tag_problems(text: str, tags: Sequence[str]) -> tuple[list[str], dict[str, str]]:
     """Check the strict ``<a>..</a><b>..</b>`` layout; return problems and the first body of each tag."""
     problems: list[str] = []

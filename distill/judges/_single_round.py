@@ -11,7 +11,7 @@ import re
 from collections.abc import Sequence
 
 from r3edge.core.errors import R3EdgeError
-from r3edge.distill.judges import PARTIAL_TAG, Intent, Messages, tag_problems
+from r3edge.distill.judges import Assessment, Intent, Messages, PairContext, close_think, tag_problems
 
 SCORE_OPEN = "<score>"
 # Prefilled at the start of every reply (as in R³A): it puts small models on the format's track.
@@ -81,7 +81,20 @@ def repair_think_score(generation: str) -> tuple[str, bool]:
     cut = generation.find(SCORE_OPEN)
     if cut >= 0:
         return generation[: cut + len(SCORE_OPEN)], False
-    text = PARTIAL_TAG.sub("", generation).rstrip()
-    if text.count("<think>") > text.count("</think>"):
-        text += "</think>"
-    return text + SCORE_OPEN, True
+    return close_think(generation) + SCORE_OPEN, True
+
+
+class ThinkScore(SingleRound):
+    """Mixin for single-round judges whose reply is ``<think>…</think><score>N</score>`` (UMBRELA,
+    TRUE, CRUX): one parser and one repair for all of them."""
+
+    native_values: tuple[int, ...]
+
+    def parse_assessment(self, text: str, pair: PairContext) -> Assessment:
+        score, problems, _ = parse_think_score(text, self.native_values)
+        return Assessment(score=score, extract=None, extract_is_verbatim=False,
+                          format_ok=not problems, problems=tuple(problems))
+
+    def repair(self, generation: str) -> tuple[str, bool]:
+        return repair_think_score(generation)
+

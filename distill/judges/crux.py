@@ -15,13 +15,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from r3edge.distill.judges import Assessment, Messages, PairContext, templates_hash
+from r3edge.distill.judges import Messages, PairContext, templates_hash
 from r3edge.distill.judges._single_round import (
     SCORE_OPEN,
     THINK_PREFIX,
-    SingleRound,
-    parse_think_score,
-    repair_think_score,
+    ThinkScore,
 )
 
 SYSTEM = (
@@ -52,7 +50,7 @@ VALUES = (0, 1, 2, 3, 4, 5)
 
 
 @dataclass(frozen=True)
-class CruxJudge(SingleRound):
+class CruxJudge(ThinkScore):
     name: str = "crux"
     native_scale: str = "0..5"
     native_values: tuple[int, ...] = VALUES
@@ -68,14 +66,6 @@ class CruxJudge(SingleRound):
         parent = pair.query_meta.get("parent_question")
         user = USER.format(parent=PARENT.format(parent=parent) if parent else "", query=pair.query, document=pair.document)
         return [{"role": "system", "content": SYSTEM}, {"role": "user", "content": user}]
-
-    def parse_assessment(self, text: str, pair: PairContext) -> Assessment:
-        score, problems, _ = parse_think_score(text, self.native_values)
-        return Assessment(score=score, extract=None, extract_is_verbatim=False,
-                          format_ok=not problems, problems=tuple(problems))
-
-    def repair(self, generation: str) -> tuple[str, bool]:
-        return repair_think_score(generation)
 
 
 JUDGE = CruxJudge()

@@ -15,11 +15,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from r3edge.distill.judges import (
-    PARTIAL_TAG,
     Assessment,
     Intent,
     Messages,
     PairContext,
+    close_think,
     is_verbatim,
     tag_problems,
     templates_hash,
@@ -127,9 +127,7 @@ class R3AJudge:
         cut = generation.find(SCORE_OPEN)
         if cut >= 0:
             return generation[: cut + len(SCORE_OPEN)], False
-        text = PARTIAL_TAG.sub("", generation).rstrip()
-        if text.count("<think>") > text.count("</think>"):
-            text += "</think>"
+        text = close_think(generation)
         if "<extract>" not in text:
             text += "<extract>none</extract>"
         elif text.count("<extract>") > text.count("</extract>"):

@@ -126,15 +126,29 @@ def integrate(scores: Sequence[int | None], logprobs: Sequence[float | None] | N
     ``likelihood``: wᵢ ∝ exp(logprobᵢ), the softmax of the trajectories' log-likelihoods (sums of
     token log-probabilities), computed stably. Returns None when no sample parsed.
     """
+    weights = sample_weights(scores, logprobs, mode)
+    used = [i for i, s in enumerate(scores) if s is not None]
+    if not used:
+        return None
+    return sum(weights[i] * scores[i] for i in used) / sum(weights[i] for i in used)
+
+
+def sample_weights(scores: Sequence[int | None], logprobs: Sequence[float | None] | None = None,
+                   mode: Literal["uniform", "likelihood"] = "uniform") -> list[float]:
+    """Each sample's unnormalised weight in :func:`integrate`: 0 for an unparsable sample, else 1
+    (``uniform``) or exp(logprob - the largest parsed logprob) (``likelihood``)."""
     if mode not in ("uniform", "likelihood"):
         raise R3EdgeError(f"integration mode {mode!r} is unknown", "use 'uniform' or 'likelihood'")
     if logprobs is not None and len(logprobs) != len(scores):
         raise R3EdgeError(f"{len(scores)} scores but {len(logprobs)} log-likelihoods", "pass one log-likelihood per sample")
     used = [i for i, s in enumerate(scores) if s is not None]
+    weights = [0.0] * len(scores)
     if not used:
-        return None
+        return weights
     if mode == "uniform":
-        return sum(scores[i] for i in used) / len(used)
+        for i in used:
+            weights[i] = 1.0
+        return weights
     if logprobs is None:
         raise R3EdgeError("likelihood integration needs the samples' log-likelihoods",
                           "have the backend return each trajectory's log-likelihood, or use integration: uniform")
@@ -143,8 +157,9 @@ def integrate(scores: Sequence[int | None], logprobs: Sequence[float | None] | N
         raise R3EdgeError("a parsed sample has no finite log-likelihood",
                           "have the backend return each trajectory's log-likelihood, or use integration: uniform")
     top = max(lps)
-    weights = [math.exp(lp - top) for lp in lps]
-    return sum(w * scores[i] for w, i in zip(weights, used)) / sum(weights)
+    for i, lp in zip(used, lps):
+        weights[i] = math.exp(lp - top)
+    return weights
 
 
 def closest_sample(scores: Sequence[int | None], integrated: float | None) -> int:

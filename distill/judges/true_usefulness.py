@@ -26,13 +26,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from r3edge.distill.judges import Assessment, Messages, PairContext, templates_hash
+from r3edge.distill.judges import Messages, PairContext, templates_hash
 from r3edge.distill.judges._single_round import (
     SCORE_OPEN,
     THINK_PREFIX,
-    SingleRound,
-    parse_think_score,
-    repair_think_score,
+    ThinkScore,
 )
 
 SYSTEM = (
@@ -127,7 +125,7 @@ def signal_lines(pair: PairContext) -> list[str]:
 
 
 @dataclass(frozen=True)
-class TrueJudge(SingleRound):
+class TrueJudge(ThinkScore):
     name: str = "true"
     native_scale: str = "0..3"
     native_values: tuple[int, ...] = VALUES
@@ -151,14 +149,6 @@ class TrueJudge(SingleRound):
         user = USER.format(task=TASK.format(task=task) if task else "", query=pair.query, signals=signals,
                            doc_fields=doc_fields, document=pair.document)
         return [{"role": "system", "content": SYSTEM}, {"role": "user", "content": user}]
-
-    def parse_assessment(self, text: str, pair: PairContext) -> Assessment:
-        score, problems, _ = parse_think_score(text, self.native_values)
-        return Assessment(score=score, extract=None, extract_is_verbatim=False,
-                          format_ok=not problems, problems=tuple(problems))
-
-    def repair(self, generation: str) -> tuple[str, bool]:
-        return repair_think_score(generation)
 
 
 JUDGE = TrueJudge()

@@ -13,13 +13,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from r3edge.distill.judges import Assessment, Messages, PairContext, templates_hash
+from r3edge.distill.judges import Messages, PairContext, templates_hash
 from r3edge.distill.judges._single_round import (
     SCORE_OPEN,
     THINK_PREFIX,
-    SingleRound,
-    parse_think_score,
-    repair_think_score,
+    ThinkScore,
 )
 
 SYSTEM = (
@@ -45,7 +43,7 @@ VALUES = (0, 1, 2)
 
 
 @dataclass(frozen=True)
-class UmbrelaJudge(SingleRound):
+class UmbrelaJudge(ThinkScore):
     name: str = "umbrela"
     native_scale: str = "0..2"
     native_values: tuple[int, ...] = VALUES
@@ -62,14 +60,6 @@ class UmbrelaJudge(SingleRound):
             {"role": "system", "content": SYSTEM},
             {"role": "user", "content": USER.format(query=pair.query, document=pair.document)},
         ]
-
-    def parse_assessment(self, text: str, pair: PairContext) -> Assessment:
-        score, problems, _ = parse_think_score(text, self.native_values)
-        return Assessment(score=score, extract=None, extract_is_verbatim=False,
-                          format_ok=not problems, problems=tuple(problems))
-
-    def repair(self, generation: str) -> tuple[str, bool]:
-        return repair_think_score(generation)
 
 
 JUDGE = UmbrelaJudge()
