@@ -8,10 +8,10 @@ judge's system prompt). The assistant prefix is continued, not re-generated
 Score read-out, Rank1-style: generate the reasoning with the judge's score marker as a stop string;
 repair a reply cut off by ``max_tokens`` (the judge closes it and appends the marker); then ask for
 one more token after the marker with ``logprobs`` and read the probabilities of the score tokens
-there. The distribution is taken from ``top_logprobs`` (the server's top 20); score tokens outside
-it get the 20th token's probability as an upper bound and the record's row is renormalised, which
-the probability of a token outside a greedy top-20 cannot move by more than that bound. A server
-that returns no logprobs is an error naming the fix, never a silent uniform label.
+there. The distribution is taken from ``top_logprobs`` (the server's top 20, the API's cap); a
+score token outside it is given the smallest returned log-probability, an upper bound on its true
+value, before the row is renormalised over the score tokens. A server that returns no logprobs is
+an error naming the fix, never a silent uniform label.
 
 Transient failures (HTTP 429/5xx, connection errors, timeouts) are retried with exponential backoff;
 anything else fails the run at once with the server's message.
