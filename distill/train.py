@@ -20,13 +20,13 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from datasets import Dataset
-from transformers import Trainer, TrainerCallback, TrainingArguments
+from transformers import Trainer, TrainingArguments
 
 from r3edge.core.config import StudentConfig, load_yaml
 from r3edge.core.errors import R3EdgeError
 from r3edge.core.labels import read_labels, read_manifest
-from r3edge.core.progress import Progress
 from r3edge.core.scoring import Encoded, Scorer
+from r3edge.distill.hf_trainer import ProgressCallback
 from r3edge.model.student import LabelScorer, create_student, save_student
 
 REPORT_FILE = "train_report.json"
@@ -47,23 +47,6 @@ class DistillCollator:
             "attention_mask": torch.from_numpy(mask),
             "teacher_probs": torch.tensor([f["teacher_probs"] for f in features], dtype=torch.float32),
         }
-
-
-class _ProgressCallback(TrainerCallback):
-    """Steps with rate, ETA and the latest loss, as plain lines (the demo and CI have no TTY)."""
-
-    def on_train_begin(self, args, state, control, **kwargs):
-        self.bar = Progress(state.max_steps, "train")
-
-    def on_step_end(self, args, state, control, **kwargs):
-        self.bar.update()
-
-    def on_log(self, args, state, control, logs=None, **kwargs):
-        if logs and "loss" in logs:
-            self.bar.desc = f"train (loss {logs['loss']:.4f})"
-
-    def on_train_end(self, args, state, control, **kwargs):
-        self.bar.close()
 
 
 class DistillTrainer(Trainer):
@@ -193,7 +176,7 @@ def train_student(
             logging_steps=tp.logging_steps,
             logging_first_step=True,
             save_strategy="no",
-            disable_tqdm=True,  # progress comes from _ProgressCallback
+            disable_tqdm=True,  # progress comes from ProgressCallback
             report_to=[],
             remove_unused_columns=False,
             dataloader_pin_memory=False,
@@ -202,7 +185,7 @@ def train_student(
             length_column_name="length",
         )
         trainer = DistillTrainer(model=model, args=args, train_dataset=dataset, data_collator=DistillCollator(scorer),
-                                 callbacks=[_ProgressCallback()])
+                                 callbacks=[ProgressCallback("train")])
         t0 = time.perf_counter()
         result = trainer.train()
         wall = time.perf_counter() - t0
