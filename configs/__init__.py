@@ -1,1 +1,1 @@
-"""Shipped YAML configs (teacher/, student/, serve/), found with importlib.resources: see r3edge.core.config."""
+"""Shipped YAML configs (teacher/, student/, serve/, sft/), found with importlib.resources: see r3edge.core.config."""

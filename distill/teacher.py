@@ -69,7 +69,16 @@ def file_sha256(path: Path) -> str:
 
 
 def teacher_model_ref(cfg: TeacherConfig) -> str:
+    """What the labels were computed with: a package or hub name, a local directory's weights by hash
+    (two fine-tunes written to the same path are different teachers), or a random init's recipe."""
     if cfg.model.pretrained is not None:
+        local = Path(cfg.model.pretrained)
+        if local.is_dir():
+            h = hashlib.sha256()
+            for w in sorted(p for p in local.iterdir() if p.suffix in (".safetensors", ".bin", ".gguf")):
+                h.update(w.name.encode())
+                h.update(file_sha256(w).encode())
+            return f"local:{local.name}:{h.hexdigest()[:12]}"
         return cfg.model.pretrained
     arch = hashlib.sha256(json.dumps(cfg.model.architecture, sort_keys=True).encode()).hexdigest()[:12]
     return f"random-init:{cfg.model.architecture.get('model_type', '?')}:{arch}:seed{cfg.model.seed}"
@@ -207,16 +216,24 @@ class RunLock:
 
 
 def load_teacher_config(teacher_config_path: str | Path, *, backend: str | None = None, base_url: str | None = None,
-                        samples: int | None = None) -> TeacherConfig:
-    """The teacher config with the command line's overrides applied (and validated again)."""
+                        samples: int | None = None, model: str | Path | None = None) -> TeacherConfig:
+    """The teacher config with the command line's overrides applied (and validated again).
+
+    ``model`` replaces the config's weights (e.g. the directory `r3edge teacher sft` wrote) and keeps
+    its judge, prompts, budgets and dtype; ``served_model`` is cleared because it named the old model.
+    """
     cfg = load_yaml(teacher_config_path, TeacherConfig)
-    overrides = {k: v for k, v in {"backend": backend, "base_url": base_url, "samples": samples}.items() if v is not None}
+    overrides: dict = {k: v for k, v in {"backend": backend, "base_url": base_url, "samples": samples}.items() if v is not None}
+    if model is not None:
+        overrides["model"] = {"pretrained": str(model), "dtype": cfg.model.dtype}
+        overrides["served_model"] = None
     if not overrides:
         return cfg
     try:
         return TeacherConfig.model_validate({**cfg.model_dump(), **overrides})
     except Exception as exc:  # pydantic.ValidationError: name the flag
-        raise R3EdgeError(f"teacher config with {overrides}: {exc}", "fix the --backend / --base-url / --samples flags") from exc
+        raise R3EdgeError(f"teacher config with {overrides}: {exc}",
+                          "fix the --backend / --base-url / --samples / --teacher-model flags") from exc
 
 
 def label_pairs(
@@ -231,9 +248,12 @@ def label_pairs(
     backend: str | None = None,
     base_url: str | None = None,
     samples: int | None = None,
+    teacher_model: str | Path | None = None,
     stream: TextIO | None = None,
 ) -> Path:
-    """Label the pairs with the configured teacher into ``out_dir`` (resumable); returns ``out_dir``."""
+    """Label the pairs with the configured teacher into ``out_dir`` (resumable); returns ``out_dir``.
+
+    ``teacher_model`` runs the config's judge with other weights (see :func:`load_teacher_config`)."""
     from r3edge.distill.judges import get_judge
 
     stream = stream if stream is not None else sys.stderr
@@ -242,7 +262,8 @@ def label_pairs(
     if limit is not None and limit < 1:
         raise R3EdgeError(f"--limit {limit} must be at least 1", "omit --limit to label every pair")
     pairs_path, out = Path(pairs_path), Path(out_dir)
-    cfg = load_teacher_config(teacher_config_path, backend=backend, base_url=base_url, samples=samples)
+    cfg = load_teacher_config(teacher_config_path, backend=backend, base_url=base_url, samples=samples,
+                              model=teacher_model)
     judge = get_judge(cfg.judge)
     if judge.score_tokens is not None and cfg.samples != 1:
         raise R3EdgeError(f"judge {judge.name!r} reads its score distribution in one pass; samples={cfg.samples} adds nothing",
@@ -328,6 +349,22 @@ def _label_todo(cfg, judge, mapping, plan, todo, out, manifest, shard_size, stre
         backend.close()
 
 
+def cut_document(cfg: TeacherConfig, text: str) -> str:
+    """A document as the judge is shown it: the first ``generation.max_doc_chars`` characters."""
+    return text[: cfg.generation.max_doc_chars]
+
+
+def intent_prompt(cfg: TeacherConfig, judge, q: QueryCandidates) -> list[dict[str, str]]:
+    """Round 1's messages for a query: its auxiliary posts (``n_aux``), each cut like a document."""
+    return judge.intent_messages(q.query, [cut_document(cfg, a) for a in q.auxiliary_docs(cfg.n_aux)])
+
+
+def pair_context(cfg: TeacherConfig, q: QueryCandidates, c: Candidate) -> PairContext:
+    """What the judge sees of one pair. Labelling and SFT traces both build prompts from these three
+    functions, so a fine-tuned judge is trained on exactly the prompts it will label."""
+    return PairContext(q.query, cut_document(cfg, c.text), q.meta or {}, c.meta or {})
+
+
 class _Run:
     """One process's labelling state: the loaded teacher and the per-query intent cache."""
 
@@ -342,15 +379,12 @@ class _Run:
         n, self._intent_calls = self._intent_calls, 0
         return n
 
-    def _cut(self, text: str) -> str:
-        return text[: self.cfg.generation.max_doc_chars]
-
     def _ensure_intents(self, queries: list[QueryCandidates]) -> None:
         missing = {q.qid: q for q in queries if q.qid not in self.intents}
         if not missing:
             return
         qs = list(missing.values())
-        msgs = [self.judge.intent_messages(q.query, [self._cut(a) for a in q.auxiliary_docs(self.cfg.n_aux)]) for q in qs]
+        msgs = [intent_prompt(self.cfg, self.judge, q) for q in qs]
         pre = self.judge.reply_prefix
         gens = self.backend.generate([(m, pre) for m in msgs], self.cfg.generation.intent_max_new_tokens, ["</intent>"])
         self._intent_calls += len(qs)
@@ -368,7 +402,7 @@ class _Run:
         judge = self.judge
         if judge.two_round:
             self._ensure_intents([q for q, _ in chunk])
-        pairs = [PairContext(q.query, self._cut(c.text), q.meta or {}, c.meta or {}) for q, c in chunk]
+        pairs = [pair_context(self.cfg, q, c) for q, c in chunk]
         pre = judge.reply_prefix
         convs = [(judge.assess_messages(p, self.intents[q.qid].history if judge.two_round else None), pre)
                  for (q, _), p in zip(chunk, pairs)]
@@ -408,7 +442,7 @@ class _Run:
             native = judge.native_values[int(native_probs[k].argmax())]
             # what the teacher wrote up to the marker, completed with the verdict it was read to give
             reply, _ = judge.repair(pre + gen.text)
-            parsed = judge.parse_assessment(reply + _verdict_tail(judge, native), pair)
+            parsed = judge.parse_assessment(reply + verdict_tail(judge, native), pair)
             out.append({"parsed": parsed, "probs": [float(x) for x in student[k]], "score": int(student[k].argmax()),
                         "native": float(native), "format_ok": parsed.format_ok and not gen.repaired,
                         "repaired": gen.repaired, "raw": pre + gen.text, "prompt_tokens": gen.prompt_tokens,
@@ -439,7 +473,7 @@ class _Run:
         return out
 
 
-def _verdict_tail(judge, native: int) -> str:
+def verdict_tail(judge, native: int) -> str:
     """The text after the score marker that completes a verdict (``2</score>`` for tag judges)."""
     return f"{native}</score>" if judge.score_open == "<score>" else f"{native}}}"
 

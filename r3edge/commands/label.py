@@ -25,6 +25,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="teacher config: a shipped name (r3a-smollm2, r3a-7b, umbrela-smollm2, retro-smollm2, "
                              "tongxiao-smollm2, true-smollm2, crux-smollm2, ...) or a YAML path")
     parser.add_argument("--out", required=True, help="labels directory (manifest.json + part-*.parquet)")
+    parser.add_argument("--teacher-model", default=None, metavar="DIR",
+                        help="run the teacher config's judge with these weights instead of its model, e.g. the directory "
+                             "`r3edge teacher sft` wrote (for --backend openai: serve DIR with vLLM under that name)")
     parser.add_argument("--backend", default=None, choices=["transformers", "openai"],
                         help="generation backend (default: the teacher config's)")
     parser.add_argument("--base-url", default=None, metavar="URL",
@@ -52,5 +55,5 @@ def run(args: argparse.Namespace) -> int:
 
     label_pairs(args.pairs, args.teacher, args.out, shard_size=args.shard_size, shard=args.shard,
                 limit=args.limit, overwrite=args.overwrite, backend=args.backend, base_url=args.base_url,
-                samples=args.samples)
+                samples=args.samples, teacher_model=args.teacher_model)
     return 0

@@ -121,8 +121,66 @@ class TeacherConfig(Strict):
         return self
 
 
+class LoraParams(Strict):
+    """LoRA adapters (peft) instead of full fine-tuning; merged into the weights before saving."""
+
+    r: int = Field(16, ge=1)
+    alpha: float = Field(32.0, gt=0)
+    dropout: float = Field(0.05, ge=0.0, lt=1.0)
+    target_modules: list[str] = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+
+
+class TraceParams(Strict):
+    """Which traces are trained on. Real pairs are mostly label 0, hence the cap and oversampling."""
+
+    #: keep at most this many traces (after capping and oversampling; a seeded random subset)
+    max_examples: int | None = Field(None, ge=1)
+    #: keep at most this many traces per student label
+    per_label_cap: int | None = Field(None, ge=1)
+    #: repeat the traces of the smaller labels until every label has as many as the largest
+    oversample: bool = False
+    #: Retro*'s SFT filter where a pair has several traces (several labels dirs): keep only the one
+    #: whose score is nearest the pair's integrated (mean) score
+    retro_filter: bool = False
+    seed: int = 0
+
+
+class SFTParams(Strict):
+    epochs: float = Field(2.0, gt=0)
+    learning_rate: float = Field(2e-5, gt=0)
+    lr_scheduler: Literal["linear", "cosine", "constant_with_warmup"] = "linear"
+    batch_size: int = Field(4, ge=1)
+    gradient_accumulation_steps: int = Field(1, ge=1)
+    warmup_ratio: float = Field(0.05, ge=0.0, lt=1.0)
+    weight_decay: float = 0.0
+    #: ``auto``: bf16 autocast only where bf16 is native (see r3edge.core.hardware); the master weights stay fp32
+    bf16: bool | Literal["auto"] = "auto"
+    seed: int = 0
+    logging_steps: int = Field(5, ge=1)
+    #: tokens per trace; a longer trace is dropped and counted (prompts are never cut, replies never halved)
+    max_length: int = Field(1024, ge=16)
+
+
+class SFTConfig(Strict):
+    """A judge's cold start (``r3edge teacher sft``): which teacher it becomes, from which weights, how trained.
+
+    ``teacher`` (a teacher config name or path) fixes the judge, its prompts, ``n_aux`` and
+    ``max_doc_chars``: the traces show exactly the prompts that labelling with that config shows.
+    ``model`` is the base to fine-tune (default: the teacher config's model).
+    """
+
+    kind: ClassVar[str] = "sft"
+    name: str
+    teacher: str
+    model: ModelSpec | None = None
+    #: None: full fine-tuning
+    lora: LoraParams | None = None
+    traces: TraceParams = TraceParams()
+    train: SFTParams = SFTParams()
+
+
 def shipped_configs(kind: str) -> list[str]:
-    """Names of the configs of ``kind`` (``teacher``, ``student``, ``serve``) shipped with r3edge."""
+    """Names of the configs of ``kind`` (``teacher``, ``student``, ``serve``, ``sft``) shipped with r3edge."""
     folder = resources.files("r3edge.configs") / kind
     return sorted(p.name[: -len(".yaml")] for p in folder.iterdir() if p.name.endswith(".yaml")) if folder.is_dir() else []
 
