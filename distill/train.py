@@ -1,8 +1,10 @@
-"""Distil teacher labels into a student trained on the label-token logits only.
+"""Distil teacher labels into a student trained on the label logits only.
 
 The student never sees the teacher's reasoning and never projects the full vocabulary: the loss is
-KL(teacher probs ‖ softmax(label logits)) on :class:`~r3edge.model.student.LabelScorer`, the same graph
-that export traces and the server runs, so what is optimised is exactly what is served. Inputs are
+KL(teacher probs ‖ softmax(label logits)) (:func:`distillation_loss`) on the graph
+:func:`~r3edge.model.student.scoring_module` builds (a causal LM's label-token rows, or an encoder's
+n-label head), the same graph that export traces and the server runs, so what is optimised is
+exactly what is served. Inputs are
 formatted only by the :class:`~r3edge.core.scoring.Scorer` fixed when the student is created, and that
 scorer is saved with the weights.
 """
@@ -27,7 +29,7 @@ from r3edge.core.errors import R3EdgeError
 from r3edge.core.labels import read_labels, read_manifest
 from r3edge.core.scoring import Encoded, Scorer
 from r3edge.distill.hf_trainer import ProgressCallback
-from r3edge.model.student import LabelScorer, create_student, save_student
+from r3edge.model.student import create_student, save_student, scoring_module
 
 REPORT_FILE = "train_report.json"
 PROB_TOLERANCE = 1e-3
@@ -53,9 +55,19 @@ class DistillTrainer(Trainer):
     """A Trainer whose loss is KL(teacher ‖ student) over the label tokens, batch-mean."""
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-        logits = model(inputs["input_ids"], inputs["attention_mask"])
-        loss = F.kl_div(F.log_softmax(logits.float(), dim=-1), inputs["teacher_probs"], reduction="batchmean")
+        loss, logits = distillation_loss(model, inputs)
         return (loss, logits) if return_outputs else loss
+
+
+def distillation_loss(model: torch.nn.Module, inputs: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(KL(teacher ‖ softmax(label logits)) batch-mean, label logits)`` for a collated batch.
+
+    ``model`` is a scoring module; the loss sees only its ``[batch, n_labels]`` output, so nothing
+    else of an LM head receives a gradient.
+    """
+    logits = model(inputs["input_ids"], inputs["attention_mask"])
+    loss = F.kl_div(F.log_softmax(logits.float(), dim=-1), inputs["teacher_probs"], reduction="batchmean")
+    return loss, logits
 
 
 def teacher_targets(table, n_labels: int, labels_dir: Path) -> np.ndarray:
@@ -158,7 +170,7 @@ def train_student(
 
     tp = config.train
     bf16 = tp.bf16 and _bf16_supported()
-    model = LabelScorer(lm, scorer.spec.label_token_ids)
+    model = scoring_module(lm, scorer)
     with tempfile.TemporaryDirectory(prefix="r3edge-train-") as scratch:
         args = TrainingArguments(
             output_dir=scratch,

@@ -60,10 +60,10 @@ def check_no_vocab_projection(model_path: Path, vocab_size: int, n_labels: int) 
     outs = [(o.name, [d.dim_value or d.dim_param for d in o.type.tensor_type.shape.dim]) for o in g.output]
     if [name for name, _ in outs] != [OUTPUT_NAME] or len(outs[0][1]) != 2 or outs[0][1][1] != n_labels:
         raise R3EdgeError(f"exported graph outputs {outs}, expected [{OUTPUT_NAME} [batch, {n_labels}]]",
-                          "export through r3edge.model.student.LabelScorer")
+                          "export through r3edge.model.student.scoring_module")
     ins = {i.name: i.type.tensor_type.elem_type for i in g.input}
     if any(ins.get(n) != onnx.TensorProto.INT64 for n in INPUT_NAMES):
-        raise R3EdgeError(f"exported graph inputs {ins}, expected int64 {INPUT_NAMES}", "export through LabelScorer")
+        raise R3EdgeError(f"exported graph inputs {ins}, expected int64 {INPUT_NAMES}", "export through scoring_module")
     offenders = []
     for vi in list(g.value_info) + list(g.output):
         dims = vi.type.tensor_type.shape.dim
@@ -119,7 +119,7 @@ def export_artifact(
     """Export, quantize and validate; returns the finished artifact directory."""
     torch = require("torch", "export")
     require("onnxscript", "export")
-    from r3edge.model.student import LabelScorer, lm_score_fn, load_student
+    from r3edge.model.student import lm_score_fn, load_student, scoring_module, vocab_size
 
     t_start = time.perf_counter()
     student_dir, out = Path(student_dir), Path(out_dir)
@@ -143,8 +143,8 @@ def export_artifact(
     lm, scorer = load_student(student_dir)
     if hasattr(lm, "set_attn_implementation"):
         lm.set_attn_implementation("sdpa")  # exports cleanly with dynamo and matches eager
-    model = LabelScorer(lm, scorer.spec.label_token_ids).eval()
-    vocab = lm.get_output_embeddings().weight.shape[0]
+    model = scoring_module(lm, scorer).eval()
+    vocab = vocab_size(lm)
     scorer.save(tmp)
     stage("load_student", t0)
 

@@ -24,8 +24,13 @@ class Strict(BaseModel):
 
 
 class ModelSpec(Strict):
-    """Where a model comes from: real weights (``pretrained``) or a random init (``architecture``)."""
+    """Where a model comes from: real weights (``pretrained``) or a random init (``architecture``).
 
+    ``kind`` is what the weights become: ``causal`` (a causal LM, scored on its label-token rows) or
+    ``encoder`` (a BERT-style cross-encoder with an n-label classification head; students only).
+    """
+
+    kind: Literal["causal", "encoder"] = "causal"
     pretrained: str | None = None
     architecture: dict | None = None
     tokenizer: str | None = None
@@ -78,6 +83,16 @@ class StudentConfig(Strict):
     scorer: ScorerBudget = ScorerBudget()
     train: TrainParams = TrainParams()
 
+    @model_validator(mode="after")
+    def _encoder_fits_its_scorer(self):
+        if self.model.kind == "encoder" and self.scorer.padding_side != "right":
+            raise ValueError("an encoder student classifies its first token ([CLS]); left padding would put a pad "
+                             "there: set scorer.padding_side: right")
+        if self.model.kind == "encoder" and self.scorer.instruction is not None:
+            raise ValueError("an encoder student reads [CLS] query [SEP] document [SEP] and no instruction: "
+                             "drop scorer.instruction")
+        return self
+
 
 class GenerationParams(Strict):
     intent_max_new_tokens: int = 64
@@ -112,6 +127,8 @@ class TeacherConfig(Strict):
 
     @model_validator(mode="after")
     def _one_mapping(self):
+        if self.model.kind != "causal":
+            raise ValueError("a teacher generates text: model.kind must be 'causal'")
         if self.label_map is not None and self.bands is not None:
             raise ValueError("give either 'label_map' (integer scales) or 'bands' (0..100 scales), not both")
         if self.bands is not None and list(self.bands) != sorted(self.bands):

