@@ -14,7 +14,7 @@ from r3edge import __version__
 from r3edge.core.errors import R3EdgeError
 
 COMMANDS = {
-    "pairs": "write the embedded demo pairs (UGC-style queries, noisy posts, graded 0/1/2)",
+    "pairs": "write pairs: the embedded demo (UGC-style, graded 0/1/2) or BM25 + run + click pools from a corpus",
     "label": "label pairs with a teacher judge (R³A two-round by default) into Parquet shards",
     "train": "distil teacher labels into a student that scores with the label-token logits only",
     "eval": "score labelled pairs with a student, an artifact or a server and report accuracy",

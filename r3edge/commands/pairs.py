@@ -1,32 +1,125 @@
-"""Write the embedded demo pairs: a deterministic generator of user-generated-content posts.
+"""Write candidate-list JSONL, the format every other stage reads, in one of two modes.
 
-Queries are short and ambiguous, posts are informal (emoji, hashtags, slang, chatter), each query
-has auxiliary in-platform posts (R³A's intent evidence) and graded 0/1/2 candidates. Same seed,
-same file. Output: candidate-list JSONL, the format every other stage reads.
+Demo (``--out F`` alone): the embedded generator of user-generated-content posts. Queries are short
+and ambiguous, posts are informal (emoji, hashtags, slang, chatter), each query has auxiliary
+in-platform posts (R³A's intent evidence) and graded 0/1/2 candidates. Same seed, same file.
+
+Pooling (``--queries Q.jsonl --corpus C.jsonl --out F``): per query, the union of the BM25 top
+``--bm25-k`` over the corpus, a reranker run's top ``--run-k`` (TREC run) and the documents a TREC
+qrels file grades above 0 (clicks), deduplicated, in that order; qrels grades become gold labels
+(unjudged documents get none), each candidate's meta says which sources found it, and the top
+``--aux-k`` BM25 hits become the query's auxiliary documents. Queries JSONL: {"qid", "query",
+"meta"?}; corpus JSONL: {"docid", "text", "title"?, "meta"?}.
 """
 
 from __future__ import annotations
 
+import argparse
+
+DEMO_DEFAULTS = {"candidates": 12, "start": 0, "seed": 0, "qid_prefix": "ugc"}
+POOL_DEFAULTS = {"bm25_k": 100, "run_k": 20, "aux_k": 3, "stemmer": "english", "stopwords": "en"}
+
 
 def configure(parser):
     parser.add_argument("--out", required=True, help="JSONL file to write (candidate-list form)")
-    parser.add_argument("--queries", type=int, default=12, help="number of queries")
-    parser.add_argument("--candidates", type=int, default=12, help="candidates per query (100 = a top-100 request)")
-    parser.add_argument("--start", type=int, default=0,
-                        help="index of the first query; give held-out splits a start past the training queries")
-    parser.add_argument("--seed", type=int, default=0, help="random seed (same seed, same bytes)")
-    parser.add_argument("--qid-prefix", default="ugc", help="prefix of query and document ids")
+    parser.add_argument("--queries", default=argparse.SUPPRESS,
+                        help="demo: number of queries (12 when left out); pooling: the queries JSONL file")
+    demo = parser.add_argument_group("demo generator (without --corpus)")
+    demo.add_argument("--candidates", type=int, default=argparse.SUPPRESS, help="candidates per query (12; 100 = a top-100 request)")
+    demo.add_argument("--start", type=int, default=argparse.SUPPRESS,
+                      help="index of the first query (0); give held-out splits a start past the training queries")
+    demo.add_argument("--seed", type=int, default=argparse.SUPPRESS, help="random seed (0; same seed, same bytes)")
+    demo.add_argument("--qid-prefix", default=argparse.SUPPRESS, help="prefix of query and document ids (ugc)")
+    pool = parser.add_argument_group("pooling (with --queries Q.jsonl --corpus C.jsonl)")
+    pool.add_argument("--corpus", default=argparse.SUPPRESS, help="corpus JSONL: {docid, text, title?, meta?} per line")
+    pool.add_argument("--bm25-k", type=int, default=argparse.SUPPRESS, help="BM25 hits pooled per query (100)")
+    pool.add_argument("--run", default=argparse.SUPPRESS, help="a reranker's TREC run file: 'qid Q0 docid rank score tag'")
+    pool.add_argument("--run-k", type=int, default=argparse.SUPPRESS, help="top documents of --run pooled per query (20)")
+    pool.add_argument("--qrels", default=argparse.SUPPRESS,
+                      help="TREC qrels 'qid 0 docid rel': grades become labels; rel > 0 (clicks) always join the pool")
+    pool.add_argument("--aux-k", type=int, default=argparse.SUPPRESS, help="top BM25 hits kept as auxiliary documents per query (3)")
+    pool.add_argument("--stemmer", default=argparse.SUPPRESS, help="Snowball stemmer language for BM25, or none (english)")
+    pool.add_argument("--stopwords", default=argparse.SUPPRESS, help="bm25s stopword list for BM25 (en, de, fr, ...), or none (en)")
+
+
+def _given(args, names) -> list[str]:
+    return ["--" + n.replace("_", "-") for n in names if getattr(args, n) is not None]
 
 
 def run(args) -> int:
+    from r3edge.core.errors import InvalidInput
+
+    # Options left out are absent (their defaults depend on the mode); None marks them from here on.
+    for name in ("queries", "corpus", "run", "qrels", *DEMO_DEFAULTS, *POOL_DEFAULTS):
+        if not hasattr(args, name):
+            setattr(args, name, None)
+
+    pool_flags = _given(args, ["corpus", *POOL_DEFAULTS, "run", "qrels"])
+    queries_is_count = args.queries is None or args.queries.strip().lstrip("-").isdigit()
+    if not pool_flags and queries_is_count:
+        return _demo(args)
+    if args.corpus is None:
+        given = ", ".join(pool_flags) or f"--queries {args.queries}"
+        raise InvalidInput(f"{given} pools from a corpus, but --corpus is missing",
+                           "add --corpus C.jsonl (and --queries Q.jsonl), or pass --queries N alone for the demo generator",
+                           field="--corpus")
+    if args.queries is None:
+        raise InvalidInput("--corpus needs the queries to pool for, but --queries is missing",
+                           "add --queries Q.jsonl (one {\"qid\", \"query\"} per line)", field="--queries")
+    demo_flags = _given(args, DEMO_DEFAULTS)
+    if demo_flags:
+        raise InvalidInput(f"{', '.join(demo_flags)} only apply to the demo generator, not to pooling with --corpus",
+                           f"drop {', '.join(demo_flags)}", field=demo_flags[0])
+    if args.run_k is not None and args.run is None:
+        raise InvalidInput("--run-k is given without --run", "add --run RUN (a TREC run file) or drop --run-k", field="--run-k")
+    return _pool(args)
+
+
+def _demo(args) -> int:
     from r3edge.core.errors import R3EdgeError
     from r3edge.core.pairs import write_queries
     from r3edge.distill.ugc import generate
 
-    if args.queries <= 0 or args.candidates <= 0:
+    for name, default in DEMO_DEFAULTS.items():
+        if getattr(args, name) is None:
+            setattr(args, name, default)
+    n_queries = 12 if args.queries is None else int(args.queries)
+    if n_queries <= 0 or args.candidates <= 0:
         raise R3EdgeError("--queries and --candidates must be positive", "pass e.g. --queries 12 --candidates 12")
-    queries = generate(args.queries, args.candidates, seed=args.seed, start=args.start, qid_prefix=args.qid_prefix)
+    queries = generate(n_queries, args.candidates, seed=args.seed, start=args.start, qid_prefix=args.qid_prefix)
     write_queries(args.out, queries)
     n = sum(len(q.candidates) for q in queries)
     print(f"wrote {len(queries)} queries, {n} pairs to {args.out}")
+    return 0
+
+
+def _pool(args) -> int:
+    from r3edge.core.errors import InvalidInput
+    from r3edge.core.pairs import write_queries
+    from r3edge.distill.pooling import pool_files
+
+    for name, default in POOL_DEFAULTS.items():
+        if getattr(args, name) is None:
+            setattr(args, name, default)
+    for flag, value, low in (("--bm25-k", args.bm25_k, 0), ("--run-k", args.run_k, 1), ("--aux-k", args.aux_k, 0)):
+        if value < low:
+            raise InvalidInput(f"{flag} is {value}; it must be at least {low}",
+                               f"pass e.g. {flag} {POOL_DEFAULTS[flag[2:].replace('-', '_')]}", field=flag)
+    if args.bm25_k == 0 and args.run is None and args.qrels is None:
+        raise InvalidInput("--bm25-k 0 without --run or --qrels pools nothing", "raise --bm25-k or add --run / --qrels",
+                           field="--bm25-k")
+    none = lambda v: None if v.lower() in ("none", "") else v
+    queries, stats = pool_files(args.queries, args.corpus, bm25_k=args.bm25_k, run_path=args.run, run_k=args.run_k,
+                                qrels_path=args.qrels, aux_k=args.aux_k, stemmer=none(args.stemmer),
+                                stopwords=none(args.stopwords))
+    if not queries:
+        raise InvalidInput("no query has a candidate: BM25 matched nothing and no run or qrels added any",
+                           "check that --queries and --corpus share a language and vocabulary", field="--queries")
+    write_queries(args.out, queries)
+    sources = ", ".join(f"{s} {n}" for s, n in stats.by_source.items())
+    print(f"wrote {stats.queries} queries, {stats.candidates} pairs ({stats.labelled} labelled from qrels; "
+          f"found by {sources}) to {args.out}")
+    if stats.skipped_empty:
+        shown = ", ".join(stats.skipped_empty[:5]) + (" ..." if len(stats.skipped_empty) > 5 else "")
+        print(f"left out {len(stats.skipped_empty)} queries with an empty pool: {shown}")
     return 0
