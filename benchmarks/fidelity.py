@@ -1,0 +1,157 @@
+"""The fidelity report: does a distilled student keep its teacher's judgement on real graded data?
+
+Input is what :func:`r3edge.benchmarks.systems.bench_systems` measured (every student variant served
+over gRPC, the teacher from its label records on the same pairs) plus two baselines that need no
+model: the input order (the first-stage ranking the reranker is meant to improve) and the majority
+class. Output: ``results.json`` in the shape the judgement issue fixed
+(``{"split", "machine", "systems": {"teacher": {...}, "student": {...}, ...}}``), ``report.md``
+and ``latency_vs_ndcg.png``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from r3edge.core.pairs import QueryCandidates
+
+#: the per-system fields copied from a metrics block (relevance_metrics / agreement_metrics)
+GOLD_KEYS = ("accuracy", "f1_macro", "f1_per_class", "auc_0_12", "auc_01_2", "ndcg@10", "n", "ndcg_queries")
+TEACHER_KEYS = ("accuracy_vs_teacher", "kl_teacher_student", "spearman_expected_score")
+
+
+def baselines(queries: Sequence[QueryCandidates], label_values: Sequence[float]) -> dict:
+    """The input order (nDCG@10 of the given ranks) and the majority class (accuracy, macro-F1)."""
+    from r3edge.core.metrics import ndcg_at_k, relevance_metrics
+
+    pairs = [(q.qid, c) for q in queries for c in q.candidates if c.label is not None]
+    gold = np.asarray([c.label for _, c in pairs], dtype=np.int64)
+    qids = [qid for qid, _ in pairs]
+    values = np.asarray(label_values, dtype=np.float64)
+    ranks = np.asarray([c.rank if c.rank is not None else 10**9 for _, c in pairs], dtype=np.float64)
+    order = ndcg_at_k(values[gold], -ranks, qids)
+    majority = int(np.bincount(gold, minlength=len(values)).argmax())
+    onehot = np.zeros((len(gold), len(values)))
+    onehot[:, majority] = 1.0
+    maj = relevance_metrics(gold, onehot, qids, label_values)
+    return {
+        "input_order": {"ndcg@10": order["ndcg@10"], "ndcg_queries": order["ndcg_queries"]},
+        "majority": {"label": majority, "accuracy": maj["accuracy"], "macro_f1": maj["f1_macro"], "n": maj["n"]},
+    }
+
+
+def system_entry(row: dict, **extra) -> dict:
+    """A bench row (student or teacher) flattened to the report's per-system fields."""
+    acc = row.get("accuracy", {})
+    gold = acc.get("vs_gold", {})
+    out = {("macro_f1" if k == "f1_macro" else k): gold.get(k) for k in GOLD_KEYS}
+    out.update({k: acc.get("vs_teacher", {}).get(k) for k in TEACHER_KEYS if "vs_teacher" in acc})
+    lat = row.get("latency_ms", {})
+    out["latency_ms_top100"] = {"p50": lat.get("p50"), "p95": lat.get("p95")}
+    out["latency_source"] = row.get("latency_source")
+    out["pairs_per_s"] = row.get("pairs_per_s")
+    out.update(extra)
+    return out
+
+
+def goals(results: dict, recommended: str) -> dict:
+    """The judgement issue's goals, each with the two numbers it compares (None where not measured)."""
+    s = results["systems"]
+    t, st, q = s.get("teacher", {}), s.get(recommended, {}), s.get(f"{recommended}-int8") or s.get("student-int8", {})
+
+    def ratio(a, b):
+        return None if a is None or not b else a / b
+
+    return {
+        "teacher_ndcg_above_input_order": [t.get("ndcg@10"), s["input_order"]["ndcg@10"]],
+        "teacher_macro_f1_above_majority": [t.get("macro_f1"), s["majority"]["macro_f1"]],
+        "student_ndcg_share_of_teacher": ratio(st.get("ndcg@10"), t.get("ndcg@10")),
+        "student_accuracy_share_of_teacher": ratio(st.get("accuracy"), t.get("accuracy")),
+        "int8_minus_fp32_accuracy_points": (None if q.get("accuracy") is None or st.get("accuracy") is None
+                                            else 100 * (q["accuracy"] - st["accuracy"])),
+    }
+
+
+def _cell(x, spec=".3f") -> str:
+    return "–" if x is None else format(x, spec)
+
+
+def markdown(results: dict, command: str) -> str:
+    m = results["machine"]
+    systems = results["systems"]
+    head = ["system", "model", "accuracy", "macro F1", "F1 0/1/2", "AUC 0/12", "AUC 01/2", "nDCG@10",
+            "agreement w/ teacher", "KL(teacher‖sys)", "p50 ms / top-100", "latency source"]
+    lines = [
+        "# Fidelity on SemEval-2016 CQA (subtask C, dev)", "",
+        f"Reproduce: `{command}`", "",
+        f"Machine: {m['cpu']}, {m['cores_usable']} cores, {m['ram_gib']} GiB, "
+        + (f"GPU {'; '.join(m['gpus'])}" if m.get("gpus") else "no GPU") + f"; {m['timestamp']}.", "",
+        f"Split: {results['split']} — {results['settings']['dev_queries']} questions x 100 comments, gold 0/1/2.", "",
+        "| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|",
+    ]
+    for name, e in systems.items():
+        if name in ("input_order", "majority"):
+            continue
+        f1 = e.get("f1_per_class") or {}
+        lines.append("| " + " | ".join([
+            name, str(e.get("model", "–")), _cell(e.get("accuracy")), _cell(e.get("macro_f1")),
+            "/".join(_cell(f1.get(k), ".2f") for k in ("0", "1", "2")) if f1 else "–",
+            _cell(e.get("auc_0_12")), _cell(e.get("auc_01_2")), _cell(e.get("ndcg@10")),
+            _cell(e.get("accuracy_vs_teacher")), _cell(e.get("kl_teacher_student")),
+            _cell((e.get("latency_ms_top100") or {}).get("p50"), ".0f"), str(e.get("latency_source") or "–"),
+        ]) + " |")
+    io, mj = systems["input_order"], systems["majority"]
+    lines += [f"| input order | first stage | – | – | – | – | – | {_cell(io['ndcg@10'])} | – | – | – | – |",
+              f"| majority (always {mj['label']}) | – | {_cell(mj['accuracy'])} | {_cell(mj['macro_f1'])} "
+              "| – | – | – | – | – | – | – | – |", ""]
+    g = results.get("goals", {})
+    if g:
+        lines += ["## Goals", ""]
+        lines += [f"- `{k}`: {json.dumps(v)}" for k, v in g.items()]
+        lines.append("")
+    for note in results.get("notes", []):
+        lines.append(f"- {note}")
+    return "\n".join(lines) + "\n"
+
+
+def plot(results: dict, path: Path) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7.5, 4.5))
+    for name, e in results["systems"].items():
+        x = (e.get("latency_ms_top100") or {}).get("p50")
+        y = e.get("ndcg@10")
+        if x is None or y is None:
+            continue
+        ax.scatter([x / 1e3], [y], marker="s" if name == "teacher" else "o", s=50)
+        ax.annotate(name, (x / 1e3, y), textcoords="offset points", xytext=(0, 8), ha="center", fontsize=8)
+    io = results["systems"]["input_order"]["ndcg@10"]
+    if io is not None:
+        ax.axhline(io, linestyle="--", color="grey", label=f"input order {io:.3f}")
+        ax.legend(loc="lower right", fontsize=8)
+    ax.set_xscale("log")
+    ax.set_ylim(0, 1.0)
+    ax.set_xlabel("p50 seconds per top-100 request (log)")
+    ax.set_ylabel("nDCG@10 vs gold (SemEval C dev)")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.set_title("latency vs nDCG@10")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def write_fidelity_report(results: dict, out_dir: str | Path, command: str) -> dict[str, Path]:
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = {"results": out / "results.json", "report": out / "report.md", "plot": out / "latency_vs_ndcg.png"}
+    paths["results"].write_text(json.dumps(results, indent=2, default=str) + "\n")
+    paths["report"].write_text(markdown(results, command))
+    plot(results, paths["plot"])
+    return paths

@@ -1,0 +1,50 @@
+"""Public graded relevance data as candidate lists: SemEval-2016 Task 3 CQA (Qatar Living forum).
+
+The files under ``../shared/data/semeval2016-cqa`` are already candidate-list JSONL (see their
+README); this module picks the splits the fidelity run uses and adds what R³A's intent round wants:
+for a subtask C question (new question -> 100 comments of 10 related threads) the auxiliary posts
+are the related *questions* that the forum's search returned for it (subtask B's candidates, in
+search order): "posts that the platform's search ranked high for this query". Nothing is copied
+into the project; the data is read where it lies.
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+from r3edge.core.errors import NotFound
+from r3edge.core.pairs import QueryCandidates, read_queries
+
+SEMEVAL_FILES = {
+    ("A", "train"): "subtaskA_train2.jsonl", ("A", "dev"): "subtaskA_dev.jsonl",
+    ("B", "train"): "subtaskB_train2.jsonl", ("B", "dev"): "subtaskB_dev.jsonl",
+    ("C", "train"): "subtaskC_train2.jsonl", ("C", "dev"): "subtaskC_dev.jsonl",
+}
+
+
+def semeval_file(data_dir: str | Path, subtask: str, split: str) -> Path:
+    path = Path(data_dir) / SEMEVAL_FILES[(subtask, split)]
+    if not path.is_file():
+        raise NotFound(f"{path} does not exist", "pass --data pointing at the semeval2016-cqa folder (see its README.md)")
+    return path
+
+
+def semeval_queries(data_dir: str | Path, subtask: str, split: str, *, aux_k: int = 3) -> list[QueryCandidates]:
+    """One subtask's split; subtask C questions get their top ``aux_k`` related questions as ``aux``."""
+    queries = read_queries(semeval_file(data_dir, subtask, split))
+    if subtask == "C" and aux_k > 0:
+        related = {q.qid: q for q in read_queries(semeval_file(data_dir, "B", split))}
+        for q in queries:
+            if q.qid in related:
+                ranked = sorted(related[q.qid].candidates, key=lambda c: (c.rank is None, c.rank or 0))
+                q.aux = [c.text for c in ranked[:aux_k]]
+    return queries
+
+
+def sample_queries(queries: list[QueryCandidates], n: int | None, seed: int) -> list[QueryCandidates]:
+    """``n`` queries drawn without replacement (all when ``n`` is None or too large), in file order."""
+    if n is None or n >= len(queries):
+        return list(queries)
+    keep = set(random.Random(seed).sample(range(len(queries)), n))
+    return [q for i, q in enumerate(queries) if i in keep]
