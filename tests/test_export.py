@@ -38,10 +38,10 @@ def artifact(tiny_student, sample_pairs_file, tmp_path_factory):
 def torch_scorer(tiny_student):
     import torch
 
-    from r3edge.model.student import LabelScorer, load_student
+    from r3edge.model.student import load_student, scoring_module
 
     lm, scorer = load_student(tiny_student)
-    model = LabelScorer(lm, scorer.spec.label_token_ids).eval()
+    model = scoring_module(lm, scorer).eval()
 
     def run(ids, mask):
         with torch.no_grad():

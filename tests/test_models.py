@@ -43,7 +43,7 @@ def test_keep_layers_truncates_and_the_saved_student_reloads(tmp_path):
     from conftest import TINY_STUDENT
 
     from r3edge.core.config import StudentConfig, load_yaml
-    from r3edge.model.student import LabelScorer, create_student, load_student, save_student
+    from r3edge.model.student import create_student, load_student, save_student, scoring_module
 
     base = load_yaml(TINY_STUDENT, StudentConfig)
     cfg = base.model_copy(update={"model": base.model.model_copy(update={"keep_layers": 1})})
@@ -54,8 +54,7 @@ def test_keep_layers_truncates_and_the_saved_student_reloads(tmp_path):
     assert len(lm2.get_decoder().layers) == 1
     ids, mask = (torch.from_numpy(a) for a in scorer.collate(scorer.encode_batch(["q"], ["a document"])))
     with torch.no_grad():
-        torch.testing.assert_close(LabelScorer(lm.eval(), scorer.spec.label_token_ids)(ids, mask),
-                                   LabelScorer(lm2.eval(), scorer.spec.label_token_ids)(ids, mask))
+        torch.testing.assert_close(scoring_module(lm, scorer).eval()(ids, mask), scoring_module(lm2, scorer).eval()(ids, mask))
     too_many = base.model_copy(update={"model": base.model.model_copy(update={"keep_layers": 5})})
     with pytest.raises(R3EdgeError, match="keep_layers=5"):
         create_student(too_many)

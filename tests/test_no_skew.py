@@ -15,7 +15,7 @@ from conftest import SAMPLE_QUERIES, free_port
 
 from r3edge.core.scoring import Scorer
 from r3edge.distill.train import DistillCollator, build_dataset
-from r3edge.model.student import LabelScorer, load_student
+from r3edge.model.student import load_student, scoring_module
 
 pytestmark = pytest.mark.slow  # real models: see `make test-fast` for the torch-free tier
 
@@ -60,7 +60,7 @@ def test_server_scores_equal_torch_on_the_trainer_batch(tiny_student, tiny_artif
     _, batch = _trainer_batch(tiny_student)
     lm, scorer = load_student(tiny_student)
     with torch.no_grad():
-        logits = LabelScorer(lm.eval(), scorer.spec.label_token_ids)(batch["input_ids"], batch["attention_mask"])
+        logits = scoring_module(lm, scorer).eval()(batch["input_ids"], batch["attention_mask"])
     probs, scores = scorer.relevance(logits.numpy())
 
     srv = BackgroundServer(ServeConfig(artifact=str(tiny_artifact), variant="fp32", port=free_port())).start()
