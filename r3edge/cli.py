@@ -16,6 +16,7 @@ from r3edge.core.errors import R3EdgeError
 COMMANDS = {
     "pairs": "write pairs: the embedded demo (UGC-style, graded 0/1/2) or BM25 + run + click pools from a corpus",
     "label": "label pairs with a teacher judge (R³A two-round by default) into Parquet shards",
+    "teacher": "fine-tune the teacher judge itself: `teacher sft` (R³A's cold start on traces in its format)",
     "train": "distil teacher labels into a student that scores with the label-token logits only",
     "eval": "score labelled pairs with a student, an artifact or a server and report accuracy",
     "export": "export a student to an ONNX scoring graph with a parity check against PyTorch",

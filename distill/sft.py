@@ -1,0 +1,368 @@
+"""``r3edge teacher sft``: supervised fine-tuning of a generative judge on traces in its own format.
+
+R³A's cold start: before a small model can label in the two-round ``<think>``/``<intent>`` then
+``<think>``/``<extract>``/``<score>`` format it is fine-tuned on conversations that already follow
+it (:mod:`r3edge.distill.traces`: replies of a stronger judge, or templated traces from gold labels,
+which teach the format and the labels but not reasoning).
+
+The loss is on the assistant replies only. Each reply is one training example: the conversation
+up to it, rendered by the tokenizer's chat template with the generation prompt and the judge's
+prefilled ``reply_prefix`` and tokenised as one string (token for token the prompt labelling sends),
+carries no loss; the reply after the prefix and the template's end-of-turn token carry it, so the
+model also learns to stop. (SmolLM2's and Qwen's templates mark no ``{% generation %}`` spans, so
+the end of a turn is found by rendering the conversation with and without the reply.)
+
+R³A's round 1 and round 2 are therefore separate examples, not one sequence: in one sequence the
+round-1 reply would be tokenised either as generated (after the prefix) or as labelling's round-2
+prompt re-tokenises it, not both, and the two differ at the seam after ``<think>``. On the toy task
+of the tests that seam alone made a tiny model's round-2 replies fail at labelling while its
+training loss was 0.004. Round 1 is the same for every candidate of a query, so its example is made
+once per query (per distinct intent reply), not once per pair; round 2 sees it as context in every
+pair. An example longer than ``max_length`` is dropped and counted, never cut: a cut prompt is not
+what labelling shows and a cut reply teaches the model to stop mid-reply.
+
+Full fine-tuning or LoRA (peft, merged before saving); bf16 autocast where configured with fp32
+master weights; the output is a plain HF directory (safetensors, tokenizer with its chat template,
+generation config that stops at the end of a turn, ``sft_report.json``) written atomically, which
+both labelling backends load (``r3edge label --teacher CFG --teacher-model DIR``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import platform
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from datasets import Dataset
+from transformers import Trainer, TrainingArguments, set_seed
+
+from r3edge.core.config import ModelSpec, SFTConfig, TeacherConfig, load_yaml
+from r3edge.core.errors import R3EdgeError
+from r3edge.core.fileio import partial_dir, publish_dir
+from r3edge.core.pairs import read_queries
+from r3edge.distill.hf_trainer import ProgressCallback
+from r3edge.distill.judges import get_judge
+from r3edge.distill.teacher import file_sha256, load_teacher_config
+from r3edge.distill.traces import Trace, gold_traces, label_traces, select
+from r3edge.model.loading import load_model, load_tokenizer, torch_dtype
+
+REPORT_FILE = "sft_report.json"
+IGNORE = -100
+
+
+def load_sft_config(config: str | Path | SFTConfig) -> SFTConfig:
+    return config if isinstance(config, SFTConfig) else load_yaml(config, SFTConfig)
+
+
+def stop_token_ids(tokenizer, model=None) -> set[int]:
+    """The tokens that end a reply at labelling time: the generation config's EOS, else the tokenizer's."""
+    eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    ids = set(eos if isinstance(eos, list) else [eos]) if eos is not None else set()
+    if tokenizer.eos_token_id is not None:
+        ids.add(tokenizer.eos_token_id)
+    return ids
+
+
+def reply_examples(tokenizer, messages: list[dict[str, str]], reply_prefix: str, train_reply: Sequence[bool],
+                   stop_ids: set[int]) -> list[tuple[list[int], list[int]]]:
+    """One training example per trained assistant reply: ``(input_ids, labels)``.
+
+    The context is the conversation up to that reply rendered by the chat template with its
+    generation prompt, plus ``reply_prefix``, tokenised as one string: token for token the prompt
+    labelling sends for that round. The labels are ``-100`` on it and the ids of the reply after the
+    prefix plus the template's end-of-turn token. ``train_reply[k]`` says whether the k-th assistant
+    reply gets an example.
+    """
+    render = tokenizer.apply_chat_template
+    out = []
+    k = 0
+    for i, m in enumerate(messages):
+        if m["role"] != "assistant":
+            continue
+        if k < len(train_reply) and not train_reply[k]:
+            k += 1
+            continue
+        reply = m["content"]
+        if not reply.startswith(reply_prefix):
+            raise R3EdgeError(f"assistant reply {k} does not start with the judge's prefix {reply_prefix!r}",
+                              "build traces with r3edge.distill.traces (every reply starts with the prefix)")
+        prompt = render(messages[:i], tokenize=False, add_generation_prompt=True)
+        closed = render(messages[: i + 1], tokenize=False)
+        if not closed.startswith(prompt + reply):
+            raise R3EdgeError("the tokenizer's chat template does not render a reply after its generation prompt, "
+                              "so the end of a turn cannot be found", "use a ChatML-style template (SmolLM2, Qwen)")
+        context = tokenizer.encode(prompt + reply_prefix, add_special_tokens=False)
+        body = tokenizer.encode(reply[len(reply_prefix):], add_special_tokens=False)
+        tail = tokenizer.encode(closed[len(prompt) + len(reply):], add_special_tokens=False)
+        end = next((j for j, t in enumerate(tail) if t in stop_ids), None)
+        if end is None:
+            raise R3EdgeError(f"the chat template closes a reply with {tokenizer.decode(tail)!r}, which holds no end-of-generation "
+                              f"token {sorted(stop_ids)}: the model would never learn to stop",
+                              "use a tokenizer whose eos token is the template's end of turn (e.g. <|im_end|>)")
+        target = body + tail[: end + 1]
+        out.append((context + target, [IGNORE] * len(context) + target))
+        k += 1
+    if k == 0:
+        raise R3EdgeError("a trace has no assistant reply", "build traces with r3edge.distill.traces")
+    return out
+
+
+def trained_replies(traces: Sequence[Trace]) -> list[list[bool]]:
+    """Which replies of each trace carry the loss: every last reply; an earlier (R³A round-1) reply
+    only where that query's reply text is seen for the first time."""
+    seen: set[tuple[str, str]] = set()
+    out = []
+    for t in traces:
+        replies = [m["content"] for m in t.messages if m["role"] == "assistant"]
+        flags = []
+        for r in replies[:-1]:
+            key = (t.qid, r)
+            flags.append(key not in seen)
+            seen.add(key)
+        out.append([*flags, True])
+    return out
+
+
+class SFTCollator:
+    """Right-pads a batch; padded positions carry no loss and no attention."""
+
+    def __init__(self, pad_id: int):
+        self.pad_id = pad_id
+
+    def __call__(self, features: list[dict]) -> dict[str, torch.Tensor]:
+        width = max(len(f["input_ids"]) for f in features)
+        ids = [f["input_ids"] + [self.pad_id] * (width - len(f["input_ids"])) for f in features]
+        labels = [f["labels"] + [IGNORE] * (width - len(f["labels"])) for f in features]
+        mask = [[1] * len(f["input_ids"]) + [0] * (width - len(f["input_ids"])) for f in features]
+        return {"input_ids": torch.tensor(ids), "attention_mask": torch.tensor(mask), "labels": torch.tensor(labels)}
+
+
+class SFTTrainer(Trainer):
+    """Causal-LM cross-entropy on the labelled (assistant) positions only.
+
+    The vocabulary projection runs only where a label is, not over the whole prompt: prompts are
+    most of a trace, and the projection is most of a small model's cost.
+    """
+
+    tokens_seen = 0
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        lm = model.get_base_model() if hasattr(model, "get_base_model") else model
+        hidden = lm.get_decoder()(input_ids=inputs["input_ids"], attention_mask=inputs["attention_mask"],
+                                  use_cache=False).last_hidden_state
+        targets = inputs["labels"][:, 1:]
+        sel = targets != IGNORE
+        logits = lm.get_output_embeddings()(hidden[:, :-1][sel]).float()
+        total = F.cross_entropy(logits, targets[sel], reduction="sum")
+        n = torch.as_tensor(num_items_in_batch if num_items_in_batch is not None else sel.sum())
+        self.tokens_seen += int(inputs["attention_mask"].sum())
+        loss = total / n.to(total.device).clamp(min=1)
+        return (loss, logits) if return_outputs else loss
+
+
+def _use_bf16(setting) -> bool:
+    if setting != "auto":
+        return bool(setting)
+    if torch.cuda.is_available():
+        return torch.cuda.is_bf16_supported()
+    from r3edge.core.hardware import cpu_has_bf16
+
+    return cpu_has_bf16()
+
+
+def build_traces(cfg: SFTConfig, teacher: TeacherConfig, judge, *, gold: str | Path | None,
+                 traces: str | Path | Sequence[str | Path] | None, log: Callable[..., None]) -> tuple[list[Trace], dict]:
+    """The traces of the requested source, with their provenance and drop counts (see the module docstring
+    of :mod:`r3edge.distill.traces`)."""
+    if gold is None:
+        raise R3EdgeError("teacher sft needs the pairs file (--gold PAIRS.jsonl)",
+                          "pass the gold-labelled pairs, or with --traces the pairs file those labels were made from")
+    queries = read_queries(gold)
+    source: dict = {"pairs_file": Path(gold).name, "pairs_sha256": file_sha256(Path(gold))}
+    if traces is None:
+        made = gold_traces(teacher, judge, queries)
+        source["kind"] = "gold (templated: teaches the format and the labels, not reasoning)"
+    else:
+        dirs = [traces] if isinstance(traces, (str, Path)) else list(traces)
+        made = label_traces(teacher, judge, queries, gold, dirs, retro_filter=cfg.traces.retro_filter)
+        source["kind"] = "labels of a stronger judge"
+        source["labels_dirs"] = [Path(d).name for d in dirs]
+    source.update(considered=made.considered, built=len(made.traces), dropped=dict(sorted(made.dropped.items())))
+    log(f"sft: {made.considered} pairs -> {len(made.traces)} well-formed traces ({source['kind']}); "
+        f"dropped {sum(made.dropped.values())}" + "".join(f"\n  {n} {r}" for r, n in sorted(made.dropped.items())))
+    return made.traces, source
+
+
+def teacher_sft(config: str | Path | SFTConfig, out_dir: str | Path, *, gold: str | Path | None = None,
+                traces: str | Path | Sequence[str | Path] | None = None, max_examples: int | None = None,
+                epochs: float | None = None, max_steps: int | None = None, log: Callable[..., None] = print) -> Path:
+    """Fine-tune the config's base model on judge traces and write it to ``out_dir`` (atomically).
+
+    ``gold``: a candidate-list pairs file; alone, source (b) builds templated traces from its gold
+    labels; with ``traces`` (one labels directory or several) it is the file those labels were made
+    from and source (a) rebuilds the stronger judge's conversations. Returns ``out_dir``.
+    """
+    cfg = load_sft_config(config)
+    if max_examples is not None and max_examples < 1:
+        raise R3EdgeError(f"--max-examples {max_examples} must be at least 1", "omit it to train on every trace")
+    if max_steps is not None and max_steps < 1:
+        raise R3EdgeError(f"--max-steps {max_steps} must be at least 1", "omit it to train for the configured epochs")
+    if epochs is not None and epochs <= 0:
+        raise R3EdgeError(f"--epochs {epochs} must be positive", "omit it to train for the configured epochs")
+    teacher = load_teacher_config(cfg.teacher)
+    judge = get_judge(teacher.judge)
+    spec: ModelSpec = cfg.model or teacher.model
+    all_traces, source = build_traces(cfg, teacher, judge, gold=gold, traces=traces, log=log)
+    chosen, selection = select(all_traces, cfg.traces, max_examples)
+    if not chosen:
+        raise R3EdgeError("no trace is left to train on", "check the drop reasons above; use more pairs or another source")
+
+    tp = cfg.train
+    set_seed(tp.seed)
+    tokenizer = load_tokenizer(spec.tokenizer_ref)
+    if not getattr(tokenizer, "chat_template", None):
+        raise R3EdgeError(f"tokenizer {spec.tokenizer_ref!r} has no chat template", "fine-tune an instruct model's tokenizer")
+    lm = load_model(spec.model_copy(update={"dtype": "float32"}))  # fp32 master weights; bf16 only as autocast
+    stops = stop_token_ids(tokenizer, lm)
+    rows: dict[str, list] = {"input_ids": [], "labels": [], "length": []}
+    by_label: Counter = Counter()  # final-reply examples per student label
+    too_long: Counter = Counter()
+    n_first = 0  # examples of an earlier round (R³A's intent), one per query
+    for t, flags in zip(chosen, trained_replies(chosen)):
+        rounds = [k for k, f in enumerate(flags) if f]
+        for (ids, labels), k in zip(reply_examples(tokenizer, t.messages, judge.reply_prefix, flags, stops), rounds):
+            final = k == len(flags) - 1
+            if len(ids) > tp.max_length:
+                too_long["final reply" if final else "earlier round"] += 1
+                continue
+            rows["input_ids"].append(ids)
+            rows["labels"].append(labels)
+            rows["length"].append(len(ids))
+            if final:
+                by_label[t.label] += 1
+            else:
+                n_first += 1
+    if too_long:
+        log(f"sft: examples longer than max_length {tp.max_length} tokens dropped (prompts are never cut): {dict(too_long)}")
+    if not by_label:
+        raise R3EdgeError(f"every trace is longer than max_length {tp.max_length} tokens",
+                          "raise train.max_length, or lower the teacher config's max_doc_chars / n_aux")
+    n_tokens = sum(rows["length"])
+    n_target = sum(sum(1 for x in lab if x != IGNORE) for lab in rows["labels"])
+    log(f"sft: training on {len(rows['length'])} examples ({sum(by_label.values())} verdicts, {n_first} earlier-round replies; "
+        f"{n_tokens} tokens, {n_target} with loss), verdict labels {dict(sorted(by_label.items()))}; "
+        f"base {spec.pretrained or 'random init'}, judge {judge.name}, "
+        f"{'LoRA r=' + str(cfg.lora.r) if cfg.lora else 'full fine-tuning'}")
+
+    model = lm
+    if cfg.lora is not None:
+        from peft import LoraConfig, get_peft_model
+
+        model = get_peft_model(lm, LoraConfig(r=cfg.lora.r, lora_alpha=cfg.lora.alpha, lora_dropout=cfg.lora.dropout,
+                                              target_modules=list(cfg.lora.target_modules), task_type="CAUSAL_LM"))
+    bf16 = _use_bf16(tp.bf16)
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    dataset = Dataset.from_dict(rows)
+    with tempfile.TemporaryDirectory(prefix="r3edge-sft-") as scratch:
+        args = TrainingArguments(
+            output_dir=scratch,
+            num_train_epochs=epochs if epochs is not None else tp.epochs,
+            max_steps=max_steps if max_steps is not None else -1,
+            per_device_train_batch_size=tp.batch_size,
+            gradient_accumulation_steps=tp.gradient_accumulation_steps,
+            learning_rate=tp.learning_rate,
+            lr_scheduler_type=tp.lr_scheduler,
+            warmup_steps=tp.warmup_ratio,  # transformers 5 reads a value below 1 as a ratio
+            weight_decay=tp.weight_decay,
+            bf16=bf16,
+            use_cpu=not torch.cuda.is_available(),
+            seed=tp.seed,
+            data_seed=tp.seed,
+            logging_steps=tp.logging_steps,
+            logging_first_step=True,
+            save_strategy="no",
+            disable_tqdm=True,  # progress comes from ProgressCallback
+            report_to=[],
+            remove_unused_columns=False,
+            dataloader_pin_memory=False,
+            train_sampling_strategy="group_by_length",  # padded tokens cost as much as real ones
+            length_column_name="length",
+        )
+        progress = ProgressCallback("sft")
+        trainer = SFTTrainer(model=model, args=args, train_dataset=dataset, data_collator=SFTCollator(pad),
+                             callbacks=[progress])
+        t0 = time.perf_counter()
+        progress.extra = lambda: f"{trainer.tokens_seen / max(time.perf_counter() - t0, 1e-9):.0f} tok/s"
+        result = trainer.train()
+        wall = time.perf_counter() - t0
+        losses = [(h["step"], h["loss"]) for h in trainer.state.log_history if "loss" in h]
+    if cfg.lora is not None:
+        lm = model.merge_and_unload()
+    lm.eval()
+
+    steps = int(trainer.state.global_step)
+    report = {
+        "config": cfg.model_dump(mode="json"),
+        "teacher_config": teacher.name,
+        "judge": judge.name,
+        "prompt_hash": judge.prompt_hash,
+        "base_model": spec.pretrained or f"random-init:{(spec.architecture or {}).get('model_type', '?')}:seed{spec.seed}",
+        "source": source,
+        "selection": selection,
+        "dropped_too_long": dict(too_long),
+        "examples": len(rows["length"]),
+        "trained": sum(by_label.values()),
+        "trained_by_label": {str(k): v for k, v in sorted(by_label.items())},
+        "earlier_round_examples": n_first,
+        "tokens": n_tokens,
+        "tokens_with_loss": n_target,
+        "max_length": tp.max_length,
+        "lora": cfg.lora.model_dump() if cfg.lora else None,
+        "bf16": bf16,
+        "device": "cuda" if torch.cuda.is_available() else f"cpu ({torch.get_num_threads()} threads)",
+        "epochs": float(trainer.state.epoch or 0.0),
+        "steps": steps,
+        "loss_first": losses[0][1] if losses else None,
+        "loss_last": losses[-1][1] if losses else None,
+        "loss_log": losses,
+        "train_loss_mean": float(result.training_loss),
+        "wall_time_s": round(wall, 2),
+        "seconds_per_step": round(wall / max(1, steps), 3),
+        "tokens_per_s": round(trainer.tokens_seen / max(wall, 1e-9), 1),
+        "versions": {"torch": torch.__version__, "python": platform.python_version()},
+    }
+    out = _save(lm, tokenizer, spec, out_dir, report)
+    log(f"sft: {report['examples']} examples, {steps} steps in {wall:.1f} s ({report['seconds_per_step']} s/step, "
+        f"{report['tokens_per_s']:.0f} tok/s); loss {_fmt(report['loss_first'])} -> {_fmt(report['loss_last'])}; saved {out}")
+    return out
+
+
+def _save(lm, tokenizer, spec: ModelSpec, out_dir: str | Path, report: dict) -> Path:
+    """A plain HF directory, as :func:`r3edge.model.loading.save_hf_checkpoint` writes one (no GGUF
+    quantisation marker), in the base's dtype, with a generation config that stops at the end of a turn."""
+    lm = lm.to(torch_dtype(spec.dtype))
+    if getattr(lm.config, "quantization_config", None) is not None:
+        del lm.config.quantization_config
+    gc = lm.generation_config
+    if gc.eos_token_id is None:
+        gc.eos_token_id = tokenizer.eos_token_id
+    if gc.pad_token_id is None:
+        gc.pad_token_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    if lm.config.eos_token_id is None:
+        lm.config.eos_token_id = gc.eos_token_id
+    tmp = partial_dir(out_dir)
+    lm.save_pretrained(str(tmp))
+    tokenizer.save_pretrained(str(tmp))
+    (tmp / REPORT_FILE).write_text(json.dumps(report, indent=2) + "\n")
+    return publish_dir(tmp, out_dir)
+
+
+def _fmt(x: float | None) -> str:
+    return "n/a" if x is None or not math.isfinite(x) else f"{x:.4f}"

@@ -1,0 +1,278 @@
+"""SFT traces: whole judge conversations, with the judge's replies, for ``r3edge teacher sft``.
+
+A trace is the chat a judge has at labelling time (system, user, assistant, ...) with every
+assistant reply filled in. The prompts come from the judge's own builders (``intent_messages``,
+``assess_messages``) fed by the labelling run's helpers (:func:`~r3edge.distill.teacher.intent_prompt`,
+:func:`~r3edge.distill.teacher.pair_context`: auxiliary posts and documents cut to the teacher
+config's ``n_aux`` and ``max_doc_chars``), so a fine-tuned judge is trained on exactly the prompts
+it will label. For R³A a trace is round 1 (intent) and that pair's round 2 in one conversation.
+
+Two sources:
+
+(a) **a stronger judge's labels** (:func:`label_traces`): the conversations are rebuilt from the
+    records' ``raw_intent`` / ``raw_assessment`` and the pairs file they were labelled from (the
+    records do not store the auxiliary posts or the pair metadata the prompts show). Read-out judges
+    stop generating at the score marker, so the reply is completed with the score the teacher gave
+    (``native_score``), as the labelling run's own parse does. The production path.
+(b) **gold labels** (:func:`gold_traces`): the score is the gold label, R³A's extract is the
+    document sentence with the largest word overlap with the query (``none`` for label 0), and the
+    intent and the reasoning are short fixed templates. Such traces teach the reply format and the
+    labels, **not reasoning**: use them where no stronger judge is reachable.
+
+Every trace is re-parsed with the judge's own parser before training; a trace that is not well
+formed (tags, score, a non-verbatim extract) is dropped and counted under its reason, never repaired
+or defaulted.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from collections import Counter, defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from r3edge.core.config import TeacherConfig, TraceParams
+from r3edge.core.errors import R3EdgeError
+from r3edge.core.labels import read_labels, read_manifest
+from r3edge.core.pairs import QueryCandidates
+from r3edge.distill.judges import Messages
+from r3edge.distill.judges._single_round import ThinkScore
+from r3edge.distill.judges.r3a import R3AJudge
+from r3edge.distill.teacher import LabelMapping, file_sha256, intent_prompt, pair_context, verdict_tail
+
+GOLD, LABELS = "gold", "labels"
+
+# Source (b)'s templates. Deliberately plain: they carry the format and the label, nothing a model
+# could mistake for an argument.
+INTENT_THINK = "I read the query literally."
+INTENT = "Posts that answer: {query}"
+REASONS = {
+    0: "The post is unrelated to the query.",
+    1: "The post answers the query only in part.",
+    2: "The post answers the query.",
+}
+REASON_ON_SCALE = "On this scale the post rates {score} of {top}."
+
+#: a sentence ends at a line break, or at . ! ? (runs of them) followed by whitespace
+_SENTENCE_END = re.compile(r"\n+|(?<=[.!?])\s+")
+_WORD = re.compile(r"\w+")
+
+
+@dataclass(frozen=True)
+class Trace:
+    """One pair's conversation with every reply; ``label`` is the student label it teaches."""
+
+    qid: str
+    docid: str
+    label: int
+    native: float            # the score the reply states, on the judge's scale
+    messages: Messages       # system/user/assistant ...; each assistant reply starts with the reply prefix
+    source: str              # GOLD or LABELS
+
+
+@dataclass
+class Traces:
+    """The traces a source produced and what it dropped, by reason."""
+
+    traces: list[Trace] = field(default_factory=list)
+    dropped: Counter = field(default_factory=Counter)
+    considered: int = 0
+
+
+def sentences(document: str) -> list[str]:
+    """The document's sentences: split at line breaks and after ``.``/``!``/``?`` followed by
+    whitespace, stripped, empty ones dropped. Simple on purpose: each piece is verbatim text of the
+    document, which is all an extract needs."""
+    return [s.strip() for s in _SENTENCE_END.split(document) if s.strip()]
+
+
+def best_sentence(query: str, document: str) -> str | None:
+    """The sentence sharing the most distinct words (case-folded ``\\w+``) with the query; the
+    earliest wins a tie, so a relevant post without any shared word gives its first sentence."""
+    words = set(_WORD.findall(query.lower()))
+    best, best_n = None, -1
+    for s in sentences(document):
+        n = len(words & set(_WORD.findall(s.lower())))
+        if n > best_n:
+            best, best_n = s, n
+    return best
+
+
+def _gold_native(cfg: TeacherConfig, judge) -> dict[int, int]:
+    """Gold (student) label -> native score: the inverse of the config's label map, which must be one to one."""
+    if not isinstance(judge, (R3AJudge, ThinkScore)):
+        raise R3EdgeError(f"gold traces are built for r3a and the <think><score> judges (umbrela, true, crux), not {judge.name!r}",
+                          "use traces from a stronger judge (--traces LABELS_DIR) for this judge")
+    mapping = LabelMapping(cfg, judge)
+    if mapping.map is None:
+        raise R3EdgeError(f"teacher config {cfg.name!r} maps {judge.native_scale} to labels by bands: "
+                          "a gold label has no single native score", "use traces from a stronger judge (--traces LABELS_DIR)")
+    inverse: dict[int, int] = {}
+    for native, label in mapping.map.items():
+        if label in inverse:
+            raise R3EdgeError(f"teacher config {cfg.name!r} maps native scores {inverse[label]} and {native} to label {label}: "
+                              "a gold label does not say which native score to write",
+                              "give the config a one-to-one label_map, or use --traces LABELS_DIR")
+        inverse[label] = native
+    return inverse
+
+
+def _reason(native: int, values: Sequence[int]) -> str:
+    if tuple(values) == (0, 1, 2):
+        return REASONS[native]
+    return REASON_ON_SCALE.format(score=native, top=values[-1])
+
+
+def gold_traces(cfg: TeacherConfig, judge, queries: list[QueryCandidates]) -> Traces:
+    """Source (b): templated traces whose score is each pair's gold label (see the module docstring)."""
+    native_of = _gold_native(cfg, judge)
+    pre = judge.reply_prefix
+    out = Traces()
+    for q in queries:
+        history = None
+        if judge.two_round:
+            intent = f"{pre}{INTENT_THINK}</think><intent>{INTENT.format(query=q.query)}</intent>"
+            history = [*intent_prompt(cfg, judge, q), {"role": "assistant", "content": intent}]
+            intent_ok = judge.parse_intent(intent).format_ok
+        for c in q.candidates:
+            out.considered += 1
+            if c.label is None:
+                out.dropped["no gold label"] += 1
+                continue
+            if c.label not in native_of:
+                raise R3EdgeError(f"pair ({q.qid}, {c.docid}) has gold label {c.label}, not a student label of teacher "
+                                  f"{cfg.name!r} ({sorted(native_of)})", "fix the pairs file's labels or choose another teacher config")
+            if judge.two_round and not intent_ok:
+                out.dropped["intent reply not well formed"] += 1
+                continue
+            native = native_of[c.label]
+            pair = pair_context(cfg, q, c)
+            reason = _reason(native, judge.native_values)
+            if isinstance(judge, R3AJudge):
+                extract = best_sentence(q.query, pair.document) if native > 0 else None
+                if native > 0 and extract is None:
+                    out.dropped["relevant document has no text to extract"] += 1
+                    continue
+                body = f"{reason}</think><extract>{extract or 'none'}</extract>"
+            else:
+                body = f"{reason}</think>"
+            reply = f"{pre}{body}<score>{native}</score>"
+            if not _keep(judge, reply, pair, out):
+                continue
+            messages = [*judge.assess_messages(pair, history), {"role": "assistant", "content": reply}]
+            out.traces.append(Trace(q.qid, c.docid, int(c.label), float(native), messages, GOLD))
+    return out
+
+
+def _keep(judge, reply: str, pair, out: Traces) -> bool:
+    parsed = judge.parse_assessment(reply, pair)
+    if not parsed.format_ok:
+        out.dropped[f"assessment: {parsed.problems[0] if parsed.problems else 'not well formed'}"] += 1
+        return False
+    return True
+
+
+def label_traces(cfg: TeacherConfig, judge, queries: list[QueryCandidates], pairs_path: str | Path,
+                 labels_dirs: Sequence[str | Path], *, retro_filter: bool = False) -> Traces:
+    """Source (a): the replies a stronger judge wrote into ``labels_dirs`` (``r3edge label`` output).
+
+    Each directory must have been labelled by this judge with these prompts from ``pairs_path``
+    (checked against its manifest: a mismatch is an error, not a drop). Records that do not re-parse
+    as well formed, or whose reply was cut off and repaired at labelling, are dropped and counted.
+    Where a pair has several traces (several directories), ``retro_filter`` keeps only the one
+    whose score is nearest the mean of their scores (Retro*'s filter); otherwise all are kept.
+    """
+    from r3edge.distill.judges.retro import closest_sample, integrate
+
+    pairs_sha = file_sha256(Path(pairs_path))
+    by_key = {(q.qid, c.docid): (q, c) for q in queries for c in q.candidates}
+    out = Traces()
+    per_pair: dict[tuple[str, str], list[Trace]] = defaultdict(list)
+    pre = judge.reply_prefix
+    for d in labels_dirs:
+        m = read_manifest(d)
+        checks = (("judge", judge.name, f"label with judge {judge.name!r}, or use a teacher config of judge {m.get('judge')!r}"),
+                  ("prompt_hash", judge.prompt_hash,
+                   "re-label with this r3edge's prompts: a model must not learn replies to prompts it will never be shown"),
+                  ("pairs_sha256", pairs_sha, "pass the pairs file that directory was labelled from"))
+        for key, want, fix in checks:
+            if m.get(key) != want:
+                raise R3EdgeError(f"{d}: labels have {key} {m.get(key)!r}, this SFT needs {want!r}", fix)
+        cols = ["qid", "docid", "score", "native_score", "raw_intent", "raw_assessment"]
+        for r in read_labels(d, allow_partial=True, columns=cols).to_pylist():
+            out.considered += 1
+            q, c = by_key.get((r["qid"], r["docid"]), (None, None))
+            if q is None:
+                raise R3EdgeError(f"{d}: pair ({r['qid']}, {r['docid']}) is not in {pairs_path}",
+                                  "pass the pairs file that directory was labelled from")
+            pair = pair_context(cfg, q, c)
+            history = None
+            if judge.two_round:
+                intent = r["raw_intent"]
+                if intent is None or not judge.parse_intent(intent).format_ok:
+                    out.dropped["intent reply not well formed"] += 1
+                    continue
+                history = [*intent_prompt(cfg, judge, q), {"role": "assistant", "content": intent}]
+            raw = r["raw_assessment"]
+            if raw is None or r["score"] is None:
+                out.dropped["no reply or no label"] += 1
+                continue
+            if judge.score_tokens is not None:  # generation stopped at the score marker: complete the verdict
+                reply, repaired = judge.repair(raw)
+                if repaired:
+                    out.dropped["reply cut off before the score (repaired at labelling)"] += 1
+                    continue
+                reply += verdict_tail(judge, int(r["native_score"]))
+            else:
+                reply = raw
+            if not reply.startswith(pre):
+                out.dropped[f"reply does not start with the prefix {pre!r}"] += 1
+                continue
+            parsed = judge.parse_assessment(reply, pair)
+            if not parsed.format_ok:
+                out.dropped[f"assessment: {parsed.problems[0] if parsed.problems else 'not well formed'}"] += 1
+                continue
+            messages = [*judge.assess_messages(pair, history), {"role": "assistant", "content": reply}]
+            per_pair[(q.qid, c.docid)].append(Trace(q.qid, c.docid, int(r["score"]), float(parsed.score), messages, LABELS))
+    for group in per_pair.values():
+        if retro_filter and len(group) > 1:
+            scores = [int(t.native) for t in group]
+            keep = closest_sample(scores, integrate(scores))
+            out.dropped["retro* filter: not the pair's trace nearest its mean score"] += len(group) - 1
+            group = [group[keep]]
+        out.traces.extend(group)
+    return out
+
+
+def select(traces: list[Trace], params: TraceParams, max_examples: int | None = None) -> tuple[list[Trace], dict]:
+    """Cap each label, oversample the smaller labels, shuffle and cut to ``max_examples``, all seeded.
+
+    Returns the chosen traces (an oversampled trace appears more than once) and the counts of each step.
+    """
+    rng = random.Random(params.seed)
+    by_label: dict[int, list[Trace]] = defaultdict(list)
+    for t in sorted(traces, key=lambda t: (t.label, t.qid, t.docid, t.source)):
+        by_label[t.label].append(t)
+    capped = 0
+    for label, group in by_label.items():
+        rng.shuffle(group)
+        if params.per_label_cap is not None and len(group) > params.per_label_cap:
+            capped += len(group) - params.per_label_cap
+            by_label[label] = group[: params.per_label_cap]
+    repeated = 0
+    if params.oversample and by_label:
+        top = max(len(g) for g in by_label.values())
+        for label, group in by_label.items():
+            extra = [group[i % len(group)] for i in range(top - len(group))]
+            repeated += len(extra)
+            by_label[label] = group + extra
+    chosen = [t for label in sorted(by_label) for t in by_label[label]]
+    rng.shuffle(chosen)
+    limit = max_examples if max_examples is not None else params.max_examples
+    cut = max(0, len(chosen) - limit) if limit is not None else 0
+    chosen = chosen[: len(chosen) - cut]
+    counts = {"capped_per_label": capped, "oversampled_copies": repeated, "cut_by_max_examples": cut,
+              "chosen": len(chosen), "chosen_by_label": {str(k): v for k, v in sorted(Counter(t.label for t in chosen).items())}}
+    return chosen, counts
