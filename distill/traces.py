@@ -44,16 +44,15 @@ from r3edge.distill.teacher import LabelMapping, file_sha256, intent_prompt, pai
 
 GOLD, LABELS = "gold", "labels"
 
-# Source (b)'s templates. Deliberately plain: they carry the format and the label, nothing a model
-# could mistake for an argument.
+# Source (b)'s templates. Deliberately plain: they carry the format, nothing a model could mistake
+# for an argument. The reasoning is the same sentence whatever the label: a templated reason that
+# named the label ("unrelated" / "answers the query") would make the model commit to a label while
+# writing it, greedily, so the score token read at <score> would be near one-hot and the student
+# would learn hard labels. With a label-neutral reason the first commitment is the extract (none or
+# a sentence: relevant or not) and the score token keeps the teacher's 1-vs-2 uncertainty.
 INTENT_THINK = "I read the query literally."
 INTENT = "Posts that answer: {query}"
-REASONS = {
-    0: "The post is unrelated to the query.",
-    1: "The post answers the query only in part.",
-    2: "The post answers the query.",
-}
-REASON_ON_SCALE = "On this scale the post rates {score} of {top}."
+REASON = "I compare the post with the query."
 
 #: a sentence ends at a line break, or at . ! ? (runs of them) followed by whitespace
 _SENTENCE_END = re.compile(r"\n+|(?<=[.!?])\s+")
@@ -119,12 +118,6 @@ def _gold_native(cfg: TeacherConfig, judge) -> dict[int, int]:
     return inverse
 
 
-def _reason(native: int, values: Sequence[int]) -> str:
-    if tuple(values) == (0, 1, 2):
-        return REASONS[native]
-    return REASON_ON_SCALE.format(score=native, top=values[-1])
-
-
 def gold_traces(cfg: TeacherConfig, judge, queries: list[QueryCandidates]) -> Traces:
     """Source (b): templated traces whose score is each pair's gold label (see the module docstring)."""
     native_of = _gold_native(cfg, judge)
@@ -149,7 +142,7 @@ def gold_traces(cfg: TeacherConfig, judge, queries: list[QueryCandidates]) -> Tr
                 continue
             native = native_of[c.label]
             pair = pair_context(cfg, q, c)
-            reason = _reason(native, judge.native_values)
+            reason = REASON
             if isinstance(judge, R3AJudge):
                 extract = best_sentence(q.query, pair.document) if native > 0 else None
                 if native > 0 and extract is None:

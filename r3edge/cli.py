@@ -23,6 +23,7 @@ COMMANDS = {
     "serve": "serve an artifact over gRPC (Rerank top-k, ScorePairs, ModelInfo, health, reflection)",
     "rerank": "send one rerank request to a running server and print the top-k",
     "bench": "benchmark latency, throughput and accuracy over gRPC; write a report and a plot",
+    "fidelity": "prove on SemEval-2016 CQA that the teacher judges and the student keeps it (results.json, report, plot)",
     "demo": "run the whole chain on the embedded demo data and write runs/demo/report.md",
 }
 

@@ -1,4 +1,9 @@
-"""Run the whole chain on the embedded demo data: pairs, label, train, export, bench.
+"""Run the whole chain on the embedded demo data: pairs, teacher cold start, label, train, export, bench.
+
+The teacher's judgement comes from a cold start (``r3edge teacher sft``) on traces built from the
+embedded data's gold labels: SmolLM2-135M-Instruct does not judge zero-shot (it ranked the demo's
+pairs below chance), and templated gold traces teach it the R³A format and the labels (not
+reasoning). The student then learns only the cold-started teacher's label distribution.
 
 Every stage writes its output under --out and a rerun skips a stage whose output is complete
 (labelling resumes mid-way), so each stage can also be rerun alone with its own subcommand, e.g.
@@ -15,13 +20,16 @@ def configure(parser):
     parser.add_argument("--out", default="runs/demo", help="directory for every stage's output")
     parser.add_argument("--teacher", default="r3a-smollm2",
                         help="teacher config, a shipped name or a YAML path (judge + model + generation budgets)")
+    parser.add_argument("--sft", default="r3a-smollm2-demo",
+                        help="the teacher's cold-start config (its teacher config must be --teacher's)")
+    parser.add_argument("--sft-queries", type=int, default=6, help="queries whose gold-labelled posts build the cold-start traces")
     parser.add_argument("--student", default="smollm2-demo",
                         help="student config, a shipped name or a YAML path (model + scorer budgets + training)")
-    parser.add_argument("--train-queries", type=int, default=12, help="training queries")
-    parser.add_argument("--train-candidates", type=int, default=12, help="candidates per training query")
-    parser.add_argument("--heldout-queries", type=int, default=3,
+    parser.add_argument("--train-queries", type=int, default=10, help="training queries")
+    parser.add_argument("--train-candidates", type=int, default=10, help="candidates per training query")
+    parser.add_argument("--heldout-queries", type=int, default=10,
                         help="held-back queries, each a top-100 request in the benchmark")
-    parser.add_argument("--heldout-teacher-candidates", type=int, default=12,
+    parser.add_argument("--heldout-teacher-candidates", type=int, default=6,
                         help="top-ranked candidates per held-back query that the teacher also labels "
                              "(the teacher is far too slow for all 100)")
     parser.add_argument("--variants", default="fp32,int8", help="export variants to build and benchmark")
@@ -48,11 +56,14 @@ def run(args) -> int:
     t0 = time.time()
     variants = tuple(v for v in args.variants.split(",") if v)
 
-    _step("1/5 pairs: embedded UGC-style data")
+    _step("1/6 pairs: embedded UGC-style data")
+    sft_pairs = out / "sft-pairs.jsonl"
     pairs = out / "pairs.jsonl"
     heldout = out / "heldout.jsonl"
     heldout_teacher = out / "heldout-teacher.jsonl"
     train_q = generate(args.train_queries, args.train_candidates, seed=args.seed, start=0)
+    # the cold start sees other posts (another seed) of the training topics, never a held-back query
+    write_queries(sft_pairs, generate(args.sft_queries, 12, seed=args.seed + 1, start=0))
     # held-back queries start past every training phrasing, so their texts were never trained on
     held_q = generate(args.heldout_queries, 100, seed=args.seed, start=20)
     write_queries(pairs, train_q)
@@ -63,13 +74,22 @@ def run(args) -> int:
     print(f"{pairs}: {sum(len(q.candidates) for q in train_q)} training pairs; "
           f"{heldout}: {len(held_q)} top-100 requests")
 
-    _step("2/5 label: teacher judge on training and held-back pairs")
+    _step("2/6 teacher: cold start on traces built from gold labels")
+    from r3edge.distill.sft import load_sft_config, teacher_sft
+
+    teacher = (out / "teacher").resolve()
+    if not (teacher / "config.json").is_file():
+        teacher_sft(load_sft_config(args.sft), teacher, gold=sft_pairs)
+    else:
+        print(f"{teacher} is complete; skipping (use --force to redo)")
+
+    _step("3/6 label: the cold-started teacher on training and held-back pairs")
     from r3edge.distill.teacher import label_pairs
 
-    labels_train = label_pairs(pairs, args.teacher, out / "labels" / "train")
-    labels_heldout = label_pairs(heldout_teacher, args.teacher, out / "labels" / "heldout")
+    labels_train = label_pairs(pairs, args.teacher, out / "labels" / "train", teacher_model=teacher)
+    labels_heldout = label_pairs(heldout_teacher, args.teacher, out / "labels" / "heldout", teacher_model=teacher)
 
-    _step("3/5 train: student on the teacher's label-token distribution")
+    _step("4/6 train: student on the teacher's label-token distribution")
     from r3edge.core.scoring import SCORER_FILE
 
     student = out / "student"
@@ -80,7 +100,7 @@ def run(args) -> int:
     else:
         print(f"{student} is complete; skipping (use --force to retrain)")
 
-    _step("4/5 export: ONNX scoring graph(s) with parity checks")
+    _step("5/6 export: ONNX scoring graph(s) with parity checks")
     artifact = out / "artifact"
     if not (artifact / "manifest.json").is_file():
         from r3edge.export.onnx import export_artifact
@@ -89,7 +109,7 @@ def run(args) -> int:
     else:
         print(f"{artifact} is complete; skipping (use --force to re-export)")
 
-    _step("5/5 bench: top-100 requests over gRPC, accuracy on the held-back split")
+    _step("6/6 bench: top-100 requests over gRPC, accuracy on the held-back split")
     from r3edge.benchmarks.report import write_report
     from r3edge.benchmarks.systems import bench_systems
     from r3edge.core.pairs import read_queries

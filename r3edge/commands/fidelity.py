@@ -1,0 +1,179 @@
+"""Prove on real graded data that the teacher judges and the student keeps its judgement.
+
+SemEval-2016 CQA (Qatar Living forum, comments graded 0/1/2, 100 candidates per question):
+
+1. data: subtask A and C train pairs for the teacher's cold start; subtask C train questions for
+   distillation; subtask C dev (50 questions x 100 comments) for every measurement;
+2. teacher: ``r3edge teacher sft`` on gold-built traces (they teach the R³A format and the gold
+   labels, not reasoning: no stronger judge is reachable here);
+3. label: the cold-started teacher labels C train and C dev through the labelling backend (a vLLM
+   server started from ``--vllm`` when given, else in-process transformers);
+4. students: each student config is distilled on the teacher's soft labels, exported (fp32 + int8)
+   and served over gRPC on the dev questions;
+5. report: ``results.json``, ``report.md`` and ``latency_vs_ndcg.png`` under ``--results``.
+
+Every stage writes under ``--out`` and is skipped when its output is complete, so a rerun resumes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+import time
+from contextlib import nullcontext
+from pathlib import Path
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--data", default="../shared/data/semeval2016-cqa", help="the semeval2016-cqa folder")
+    parser.add_argument("--out", default="runs/fidelity", help="working directory of every stage")
+    parser.add_argument("--results", default="benchmarks/results/fidelity-semeval",
+                        help="where results.json, report.md and the plot are written")
+    parser.add_argument("--sft-config", default="r3a-smollm2-cqa",
+                        help="teacher cold-start (SFT) config; its teacher config (judge, prompts, budgets) also labels")
+    parser.add_argument("--sft-examples", type=int, default=None, help="cap on cold-start traces (default: the config's)")
+    parser.add_argument("--students", default="smollm2-cqa,minilm-cqa",
+                        help="student configs to distil, comma-separated; the first is the recommended one")
+    parser.add_argument("--sft-queries", type=int, default=60,
+                        help="questions in the cold-start pool, half from subtask A train and half from C train; every "
+                             "question adds one intent reply to train on, so this bounds the cold start's cost")
+    parser.add_argument("--train-queries", type=int, default=None, help="C train questions to label (default all 67)")
+    parser.add_argument("--dev-queries", type=int, default=None, help="C dev questions to evaluate on (default all 50)")
+    parser.add_argument("--vllm", default=None, metavar="PYTHON",
+                        help="label through a vLLM server run by this interpreter (e.g. .venv-vllm/bin/python)")
+    parser.add_argument("--base-url", default=None, help="label through this running OpenAI-compatible server instead")
+    parser.add_argument("--requests", type=int, default=10, help="top-100 requests per student variant for latency")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the question samples")
+
+
+def _step(title: str) -> None:
+    print(f"\n=== {title} ===", flush=True)
+
+
+def run(args) -> int:
+    from r3edge.core.errors import R3EdgeError
+    from r3edge.core.pairs import read_queries, write_queries
+    from r3edge.distill.datasets import sample_queries, semeval_queries
+
+    if args.vllm and args.base_url:
+        raise R3EdgeError("--vllm and --base-url both given", "start a server with --vllm, or use a running one with --base-url")
+    out = Path(args.out)
+    data = out / "data"
+    data.mkdir(parents=True, exist_ok=True)
+    t_start = time.time()
+
+    _step("1/5 data: SemEval-2016 CQA")
+    sft_gold, train_pairs, dev_pairs = data / "sft-gold.jsonl", data / "train.jsonl", data / "dev.jsonl"
+    if not dev_pairs.is_file():
+        c_train = semeval_queries(args.data, "C", "train")
+        half = args.sft_queries // 2
+        write_queries(sft_gold, sample_queries(semeval_queries(args.data, "A", "train"), args.sft_queries - half, args.seed)
+                      + sample_queries(c_train, half, args.seed))
+        write_queries(train_pairs, sample_queries(c_train, args.train_queries, args.seed))
+        write_queries(dev_pairs, sample_queries(semeval_queries(args.data, "C", "dev"), args.dev_queries, args.seed))
+    dev = read_queries(dev_pairs)
+    print(f"{sft_gold}: cold-start pool; {train_pairs}: {len(read_queries(train_pairs))} questions; "
+          f"{dev_pairs}: {len(dev)} questions")
+
+    _step("2/5 teacher: cold start on gold-built traces")
+    from r3edge.distill.sft import load_sft_config, teacher_sft
+
+    sft = load_sft_config(args.sft_config)
+    teacher_dir = (out / "teacher").resolve()
+    if not (teacher_dir / "config.json").is_file():
+        teacher_sft(sft, teacher_dir, gold=sft_gold, max_examples=args.sft_examples)
+    else:
+        print(f"{teacher_dir} is complete; skipping")
+
+    _step("3/5 label: the teacher on C train and C dev")
+    from r3edge.core.labels import read_manifest
+    from r3edge.distill.teacher import label_pairs
+
+    if args.vllm:
+        from r3edge.distill.backends.vllm_server import vllm_server
+
+        # served under its path: the name --teacher-model gives the openai backend to ask for
+        server = vllm_server(args.vllm, teacher_dir, served_name=str(teacher_dir), log_path=out / "vllm.log")
+    else:
+        server = nullcontext(args.base_url)
+    with server as url:
+        backend = "openai" if url else None
+        labels = {}
+        for split, pairs in (("dev", dev_pairs), ("train", train_pairs)):
+            labels[split] = label_pairs(pairs, sft.teacher, out / "labels" / split, teacher_model=teacher_dir,
+                                        backend=backend, base_url=url, stream=sys.stdout)
+    dev_manifest = read_manifest(labels["dev"])
+
+    _step("4/5 students: distil, export, serve")
+    from r3edge.benchmarks.systems import bench_systems
+    from r3edge.core.scoring import SCORER_FILE
+    from r3edge.distill.train import train_student
+    from r3edge.export.onnx import export_artifact
+
+    names = [s for s in args.students.split(",") if s]
+    bench: dict[str, dict] = {}
+    for name in names:
+        student, artifact = out / "students" / name, out / "artifacts" / name
+        if not (student / SCORER_FILE).is_file():
+            train_student(labels["train"], name, student)
+        if not (artifact / "manifest.json").is_file():
+            export_artifact(student, artifact, variants=("fp32", "int8"), calib_pairs=train_pairs)
+        bench[name] = bench_systems(dev, artifact=str(artifact), labels_dir=str(labels["dev"]), requests=args.requests)
+
+    _step("5/5 report")
+    results = _results(args, dev, bench, names, dev_manifest, teacher_dir, time.time() - t_start)
+    from r3edge.benchmarks.fidelity import write_fidelity_report
+
+    paths = write_fidelity_report(results, args.results, _command(args))
+    for k, p in paths.items():
+        print(f"{k}: {p}")
+    return 0
+
+
+def _results(args, dev, bench: dict, names: list[str], dev_manifest: dict, teacher_dir: Path, wall_s: float) -> dict:
+    from r3edge.benchmarks.fidelity import baselines, goals, system_entry
+    from r3edge.core.config import StudentConfig, load_yaml
+
+    first = bench[names[0]]
+    values = next(r["label_values"] for r in first["systems"] if r.get("kind") == "student")
+    teacher_row = next(r for r in first["systems"] if r.get("kind") == "teacher")
+    summary = dev_manifest.get("summary") or {}
+    wall = summary.get("wall_s") or dev_manifest.get("wall_s")
+    # Measured: the teacher's whole dev labelling run divided by its questions (every candidate of a
+    # question is in flight together on the server), not an estimate from per-record latencies.
+    per_q_ms = 1e3 * wall / len(dev) if wall else None
+    teacher = system_entry(teacher_row, model=f"SmolLM2-135M-Instruct cold-started ({teacher_dir.name})",
+                           format_failures=summary.get("format_failures"), repairs=summary.get("repairs"))
+    teacher["latency_ms_top100"] = {"p50": per_q_ms, "p95": None}
+    teacher["latency_source"] = "measured: dev labelling wall time / questions"
+    systems: dict = {"teacher": teacher}
+    for i, name in enumerate(names):
+        rows = [r for r in bench[name]["systems"] if r.get("kind") == "student"]
+        encoder = load_yaml(name, StudentConfig).model.kind == "encoder"
+        key = "student" if i == 0 else ("encoder-student" if encoder else f"student-{name}")
+        for r in rows:
+            suffix = "" if r.get("variant") in (None, "fp32") else f"-{r['variant']}"
+            systems[key + suffix] = system_entry(r, model=name, variant=r.get("variant"))
+    systems.update(baselines(dev, values))
+    results = {
+        "split": "dev",
+        "machine": first["machine"],
+        "settings": {"data": str(args.data), "dev_queries": len(dev), "train_queries": args.train_queries or "all",
+                     "students": names, "recommended_student": names[0], "sft_config": args.sft_config,
+                     "labelling": "vllm" if (args.vllm or args.base_url) else "transformers",
+                     "requests_per_variant": args.requests, "wall_s": round(wall_s, 1)},
+        "systems": systems,
+    }
+    results["goals"] = goals(results, "student")
+    return results
+
+
+def _command(args) -> str:
+    parts = ["r3edge", "fidelity", "--data", args.data, "--out", args.out, "--results", args.results,
+             "--sft-config", args.sft_config, "--students", args.students]
+    for flag, val in (("--sft-examples", args.sft_examples), ("--sft-queries", args.sft_queries), ("--train-queries", args.train_queries),
+                      ("--dev-queries", args.dev_queries), ("--vllm", args.vllm)):
+        if val is not None:
+            parts += [flag, str(val)]
+    return " ".join(shlex.quote(p) for p in parts)
