@@ -1,0 +1,73 @@
+"""The fidelity report's pieces that need no model: SemEval as candidate lists, the baselines, the
+results shape, the report files (torch-free; the whole run is `r3edge fidelity`, minutes to hours)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from conftest import SHARED_DATA
+
+from r3edge.benchmarks.fidelity import baselines, goals, system_entry, write_fidelity_report
+from r3edge.core.pairs import Candidate, QueryCandidates
+
+CQA = SHARED_DATA / "semeval2016-cqa"
+
+
+def _queries():
+    # q1: the input order puts the relevant post last; q2: first. Gold is mostly 0.
+    return [
+        QueryCandidates("q1", "a", [Candidate("a1", "x", 0, 1), Candidate("a2", "y", 0, 2), Candidate("a3", "z", 2, 3)]),
+        QueryCandidates("q2", "b", [Candidate("b1", "x", 2, 1), Candidate("b2", "y", 0, 2), Candidate("b3", "z", 0, 3)]),
+    ]
+
+
+def test_baselines_score_the_input_order_and_the_majority_class():
+    b = baselines(_queries(), (0.0, 1.0, 2.0))
+    # q2 is ideal (1.0); q1 has its only gain at rank 3: (3/log2(4)) / (3/log2(2)) = 0.5
+    assert b["input_order"]["ndcg@10"] == pytest.approx((1.0 + 0.5) / 2)
+    assert b["majority"]["label"] == 0
+    assert b["majority"]["accuracy"] == pytest.approx(4 / 6)
+    # macro-F1 over the classes present (0 and 2): F1(0) = 2*(4/6)/(1+4/6) = 0.8, F1(2) = 0
+    assert b["majority"]["macro_f1"] == pytest.approx(0.4)
+
+
+def test_results_have_the_issue_shape_and_the_report_files(tmp_path):
+    row = {"kind": "student", "variant": "fp32", "latency_ms": {"p50": 120.0, "p95": 150.0}, "pairs_per_s": 800.0,
+           "latency_source": "measured over gRPC",
+           "accuracy": {"vs_gold": {"accuracy": 0.8, "f1_macro": 0.5, "f1_per_class": {"0": 0.9, "1": 0.1, "2": 0.5},
+                                    "auc_0_12": 0.7, "auc_01_2": 0.75, "ndcg@10": 0.4, "n": 6},
+                        "vs_teacher": {"accuracy_vs_teacher": 0.9, "kl_teacher_student": 0.1, "spearman_expected_score": 0.8}}}
+    teacher = {**row, "kind": "teacher", "accuracy": {"vs_gold": {**row["accuracy"]["vs_gold"], "ndcg@10": 0.5}}}
+    systems = {"teacher": system_entry(teacher), "student": system_entry(row),
+               "student-int8": system_entry({**row, "variant": "int8"}), **baselines(_queries(), (0, 1, 2))}
+    results = {"split": "dev", "machine": {"cpu": "x", "cores_usable": 2, "ram_gib": 1, "gpus": [], "timestamp": "t"},
+               "settings": {"dev_queries": 2}, "systems": systems}
+    results["goals"] = goals(results, "student")
+    assert results["goals"]["student_ndcg_share_of_teacher"] == pytest.approx(0.8)
+    assert results["goals"]["int8_minus_fp32_accuracy_points"] == pytest.approx(0.0)
+    for key in ("accuracy", "macro_f1", "auc_0_12", "auc_01_2", "ndcg@10"):
+        assert systems["teacher"][key] is not None and systems["student"][key] is not None
+    assert systems["student"]["accuracy_vs_teacher"] == 0.9 and "accuracy_vs_teacher" not in systems["teacher"]
+    paths = write_fidelity_report(results, tmp_path, "r3edge fidelity --out x")
+    assert json.loads(paths["results"].read_text())["systems"]["input_order"]["ndcg@10"] == pytest.approx(0.75)
+    report = paths["report"].read_text()
+    assert "r3edge fidelity --out x" in report and "| student |" in report and "majority (always 0)" in report
+    assert paths["plot"].stat().st_size > 1000
+
+
+@pytest.mark.realdata
+@pytest.mark.skipif(not (CQA / "subtaskC_dev.jsonl").is_file(), reason="../shared/data/semeval2016-cqa is absent")
+def test_semeval_c_questions_carry_their_related_questions_as_aux():
+    from r3edge.distill.datasets import sample_queries, semeval_queries
+
+    dev = semeval_queries(CQA, "C", "dev", aux_k=2)
+    assert len(dev) == 50 and all(len(q.candidates) == 100 for q in dev)
+    assert all(q.aux and len(q.aux) == 2 for q in dev)
+    related = {q.qid: q for q in semeval_queries(CQA, "B", "dev")}
+    first = min(related[dev[0].qid].candidates, key=lambda c: c.rank)
+    assert dev[0].aux[0] == first.text
+    picked = sample_queries(dev, 7, seed=0)
+    assert len(picked) == 7 and picked == sample_queries(dev, 7, seed=0)
+    assert np.all(np.diff([dev.index(q) for q in picked]) > 0)  # file order kept
