@@ -130,6 +130,15 @@ def trained_replies(traces: Sequence[Trace]) -> list[list[bool]]:
     return out
 
 
+def _generated_tokens(tokenizer, judge, reply: str, final: bool) -> int:
+    """How many tokens labelling must generate to write ``reply`` after the prefilled prefix: up to
+    the score marker for a read-out judge's verdict (generation stops there), else the whole reply."""
+    text = reply[len(judge.reply_prefix):]
+    if final and judge.score_tokens is not None and judge.score_open in text:
+        text = text[: text.index(judge.score_open) + len(judge.score_open)]
+    return len(tokenizer.encode(text, add_special_tokens=False))
+
+
 class SFTCollator:
     """Right-pads a batch; padded positions carry no loss and no attention."""
 
@@ -155,11 +164,14 @@ class SFTTrainer(Trainer):
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         lm = model.get_base_model() if hasattr(model, "get_base_model") else model
-        hidden = lm.get_decoder()(input_ids=inputs["input_ids"], attention_mask=inputs["attention_mask"],
-                                  use_cache=False).last_hidden_state
         targets = inputs["labels"][:, 1:]
         sel = targets != IGNORE
-        logits = lm.get_output_embeddings()(hidden[:, :-1][sel]).float()
+        # accelerate puts bf16 autocast around model.forward only, and the submodules are called directly
+        with self.accelerator.autocast():
+            hidden = lm.get_decoder()(input_ids=inputs["input_ids"], attention_mask=inputs["attention_mask"],
+                                      use_cache=False).last_hidden_state
+            logits = lm.get_output_embeddings()(hidden[:, :-1][sel])
+        logits = logits.float()
         total = F.cross_entropy(logits, targets[sel], reduction="sum")
         n = torch.as_tensor(num_items_in_batch if num_items_in_batch is not None else sel.sum())
         self.tokens_seen += int(inputs["attention_mask"].sum())
@@ -234,14 +246,20 @@ def teacher_sft(config: str | Path | SFTConfig, out_dir: str | Path, *, gold: st
     rows: dict[str, list] = {"input_ids": [], "labels": [], "length": []}
     by_label: Counter = Counter()  # final-reply examples per student label
     too_long: Counter = Counter()
+    over_budget: Counter = Counter()
     n_first = 0  # examples of an earlier round (R³A's intent), one per query
     for t, flags in zip(chosen, trained_replies(chosen)):
         rounds = [k for k, f in enumerate(flags) if f]
+        replies = [m["content"] for m in t.messages if m["role"] == "assistant"]
         for (ids, labels), k in zip(reply_examples(tokenizer, t.messages, judge.reply_prefix, flags, stops), rounds):
             final = k == len(flags) - 1
+            kind = "final reply" if final else "earlier round"
             if len(ids) > tp.max_length:
-                too_long["final reply" if final else "earlier round"] += 1
+                too_long[kind] += 1
                 continue
+            if _generated_tokens(tokenizer, judge, replies[k], final) > (
+                    teacher.generation.assess_max_new_tokens if final else teacher.generation.intent_max_new_tokens):
+                over_budget[kind] += 1
             rows["input_ids"].append(ids)
             rows["labels"].append(labels)
             rows["length"].append(len(ids))
@@ -251,6 +269,10 @@ def teacher_sft(config: str | Path | SFTConfig, out_dir: str | Path, *, gold: st
                 n_first += 1
     if too_long:
         log(f"sft: examples longer than max_length {tp.max_length} tokens dropped (prompts are never cut): {dict(too_long)}")
+    if over_budget:
+        log(f"sft: warning: replies longer than teacher config {teacher.name!r} lets labelling generate "
+            f"(generation.intent_max_new_tokens / assess_max_new_tokens): {dict(over_budget)}; labelling will cut them "
+            "(repaired, format_ok false)")
     if not by_label:
         raise R3EdgeError(f"every trace is longer than max_length {tp.max_length} tokens",
                           "raise train.max_length, or lower the teacher config's max_doc_chars / n_aux")
@@ -317,6 +339,7 @@ def teacher_sft(config: str | Path | SFTConfig, out_dir: str | Path, *, gold: st
         "source": source,
         "selection": selection,
         "dropped_too_long": dict(too_long),
+        "over_generation_budget": dict(over_budget),
         "examples": len(rows["length"]),
         "trained": sum(by_label.values()),
         "trained_by_label": {str(k): v for k, v in sorted(by_label.items())},

