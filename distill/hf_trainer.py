@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from transformers import TrainerCallback
+import torch
+from transformers import TrainerCallback, TrainingArguments
 
 from r3edge.core.progress import Progress
 
@@ -31,3 +32,37 @@ class ProgressCallback(TrainerCallback):
 
     def on_train_end(self, args, state, control, **kwargs):
         self.bar.close()
+
+
+def training_arguments(output_dir: str, params, *, bf16: bool, epochs: float | None = None,
+                       max_steps: int | None = None, **extra) -> TrainingArguments:
+    """The Trainer settings both stages use, from a ``TrainParams`` / ``SFTParams`` config block.
+
+    No checkpoints (the stage saves its own output atomically), progress from
+    :class:`ProgressCallback` instead of tqdm, seeded data order, and length-grouped batches: the
+    kernels pay for padded tokens as much as for real ones.
+    """
+    return TrainingArguments(
+        output_dir=output_dir,
+        num_train_epochs=epochs if epochs is not None else params.epochs,
+        max_steps=max_steps if max_steps is not None else -1,
+        per_device_train_batch_size=params.batch_size,
+        gradient_accumulation_steps=params.gradient_accumulation_steps,
+        learning_rate=params.learning_rate,
+        warmup_steps=params.warmup_ratio,  # transformers 5 reads a value below 1 as a ratio
+        weight_decay=params.weight_decay,
+        bf16=bf16,
+        use_cpu=not torch.cuda.is_available(),
+        seed=params.seed,
+        data_seed=params.seed,
+        logging_steps=params.logging_steps,
+        logging_first_step=True,
+        save_strategy="no",
+        disable_tqdm=True,
+        report_to=[],
+        remove_unused_columns=False,
+        dataloader_pin_memory=False,
+        train_sampling_strategy="group_by_length",
+        length_column_name="length",
+        **extra,
+    )

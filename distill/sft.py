@@ -41,17 +41,16 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 from datasets import Dataset
-from transformers import Trainer, TrainingArguments, set_seed
+from transformers import Trainer, set_seed
 
 from r3edge.core.config import ModelSpec, SFTConfig, TeacherConfig, load_yaml
 from r3edge.core.errors import R3EdgeError
-from r3edge.core.fileio import partial_dir, publish_dir
 from r3edge.core.pairs import read_queries
-from r3edge.distill.hf_trainer import ProgressCallback
+from r3edge.distill.hf_trainer import ProgressCallback, training_arguments
 from r3edge.distill.judges import get_judge
 from r3edge.distill.teacher import file_sha256, load_teacher_config
 from r3edge.distill.traces import Trace, gold_traces, label_traces, select
-from r3edge.model.loading import load_model, load_tokenizer, torch_dtype
+from r3edge.model.loading import load_model, load_tokenizer, save_hf_model, torch_dtype
 
 REPORT_FILE = "sft_report.json"
 IGNORE = -100
@@ -293,30 +292,8 @@ def teacher_sft(config: str | Path | SFTConfig, out_dir: str | Path, *, gold: st
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     dataset = Dataset.from_dict(rows)
     with tempfile.TemporaryDirectory(prefix="r3edge-sft-") as scratch:
-        args = TrainingArguments(
-            output_dir=scratch,
-            num_train_epochs=epochs if epochs is not None else tp.epochs,
-            max_steps=max_steps if max_steps is not None else -1,
-            per_device_train_batch_size=tp.batch_size,
-            gradient_accumulation_steps=tp.gradient_accumulation_steps,
-            learning_rate=tp.learning_rate,
-            lr_scheduler_type=tp.lr_scheduler,
-            warmup_steps=tp.warmup_ratio,  # transformers 5 reads a value below 1 as a ratio
-            weight_decay=tp.weight_decay,
-            bf16=bf16,
-            use_cpu=not torch.cuda.is_available(),
-            seed=tp.seed,
-            data_seed=tp.seed,
-            logging_steps=tp.logging_steps,
-            logging_first_step=True,
-            save_strategy="no",
-            disable_tqdm=True,  # progress comes from ProgressCallback
-            report_to=[],
-            remove_unused_columns=False,
-            dataloader_pin_memory=False,
-            train_sampling_strategy="group_by_length",  # padded tokens cost as much as real ones
-            length_column_name="length",
-        )
+        args = training_arguments(scratch, tp, bf16=bf16, epochs=epochs, max_steps=max_steps,
+                                  lr_scheduler_type=tp.lr_scheduler)
         progress = ProgressCallback("sft")
         trainer = SFTTrainer(model=model, args=args, train_dataset=dataset, data_collator=SFTCollator(pad),
                              callbacks=[progress])
@@ -368,23 +345,9 @@ def teacher_sft(config: str | Path | SFTConfig, out_dir: str | Path, *, gold: st
 
 
 def _save(lm, tokenizer, spec: ModelSpec, out_dir: str | Path, report: dict) -> Path:
-    """A plain HF directory, as :func:`r3edge.model.loading.save_hf_checkpoint` writes one (no GGUF
-    quantisation marker), in the base's dtype, with a generation config that stops at the end of a turn."""
-    lm = lm.to(torch_dtype(spec.dtype))
-    if getattr(lm.config, "quantization_config", None) is not None:
-        del lm.config.quantization_config
-    gc = lm.generation_config
-    if gc.eos_token_id is None:
-        gc.eos_token_id = tokenizer.eos_token_id
-    if gc.pad_token_id is None:
-        gc.pad_token_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    if lm.config.eos_token_id is None:
-        lm.config.eos_token_id = gc.eos_token_id
-    tmp = partial_dir(out_dir)
-    lm.save_pretrained(str(tmp))
-    tokenizer.save_pretrained(str(tmp))
-    (tmp / REPORT_FILE).write_text(json.dumps(report, indent=2) + "\n")
-    return publish_dir(tmp, out_dir)
+    """A plain HF directory in the base's dtype (:func:`r3edge.model.loading.save_hf_model`) with the report."""
+    return save_hf_model(lm.to(torch_dtype(spec.dtype)), tokenizer, out_dir,
+                         extra_files={REPORT_FILE: json.dumps(report, indent=2) + "\n"})
 
 
 def _fmt(x: float | None) -> str:

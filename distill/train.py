@@ -22,13 +22,13 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from datasets import Dataset
-from transformers import Trainer, TrainingArguments
+from transformers import Trainer
 
 from r3edge.core.config import StudentConfig, load_yaml
 from r3edge.core.errors import R3EdgeError
 from r3edge.core.labels import read_labels, read_manifest
 from r3edge.core.scoring import Encoded, Scorer
-from r3edge.distill.hf_trainer import ProgressCallback
+from r3edge.distill.hf_trainer import ProgressCallback, training_arguments
 from r3edge.model.student import create_student, save_student, scoring_module
 
 REPORT_FILE = "train_report.json"
@@ -172,30 +172,7 @@ def train_student(
     bf16 = tp.bf16 and _bf16_supported()
     model = scoring_module(lm, scorer)
     with tempfile.TemporaryDirectory(prefix="r3edge-train-") as scratch:
-        args = TrainingArguments(
-            output_dir=scratch,
-            num_train_epochs=tp.epochs,
-            max_steps=max_steps if max_steps is not None else -1,
-            per_device_train_batch_size=tp.batch_size,
-            gradient_accumulation_steps=tp.gradient_accumulation_steps,
-            learning_rate=tp.learning_rate,
-            warmup_steps=tp.warmup_ratio,  # transformers 5 reads a value below 1 as a ratio
-            weight_decay=tp.weight_decay,
-            bf16=bf16,
-            use_cpu=not torch.cuda.is_available(),
-            seed=tp.seed,
-            data_seed=tp.seed,
-            logging_steps=tp.logging_steps,
-            logging_first_step=True,
-            save_strategy="no",
-            disable_tqdm=True,  # progress comes from ProgressCallback
-            report_to=[],
-            remove_unused_columns=False,
-            dataloader_pin_memory=False,
-            # Length-grouped batches waste little on padding: the kernels pay for padded tokens.
-            train_sampling_strategy="group_by_length",
-            length_column_name="length",
-        )
+        args = training_arguments(scratch, tp, bf16=bf16, max_steps=max_steps)
         trainer = DistillTrainer(model=model, args=args, train_dataset=dataset, data_collator=DistillCollator(scorer),
                                  callbacks=[ProgressCallback("train")])
         t0 = time.perf_counter()

@@ -156,16 +156,35 @@ def _results(args, dev, bench: dict, names: list[str], dev_manifest: dict, teach
             suffix = "" if r.get("variant") in (None, "fp32") else f"-{r['variant']}"
             systems[key + suffix] = system_entry(r, model=name, variant=r.get("variant"))
     systems.update(baselines(dev, values))
+    import json
+
+    sft_report = json.loads((teacher_dir / "sft_report.json").read_text())
     results = {
         "split": "dev",
         "machine": first["machine"],
         "settings": {"data": str(args.data), "dev_queries": len(dev), "train_queries": args.train_queries or "all",
                      "students": names, "recommended_student": names[0], "sft_config": args.sft_config,
                      "labelling": "vllm" if (args.vllm or args.base_url) else "transformers",
-                     "requests_per_variant": args.requests, "wall_s": round(wall_s, 1)},
+                     "requests_per_variant": args.requests, "wall_s": round(wall_s, 1),
+                     "teacher_cold_start": {k: sft_report.get(k) for k in (
+                         "base_model", "trained", "trained_by_label", "earlier_round_examples", "tokens", "epochs",
+                         "steps", "wall_time_s", "tokens_per_s", "loss_first", "loss_last")},
+                     "teacher_labelling": summary},
         "systems": systems,
     }
     results["goals"] = goals(results, "student")
+    rate = summary.get("pairs", 0) / wall if wall else None
+    results["notes"] = [
+        f"Teacher latency is measured: the wall time of labelling the {len(dev)} dev questions "
+        f"({'through a vLLM server' if (args.vllm or args.base_url) else 'in-process with transformers'}, "
+        f"{rate:.2f} pairs/s) divided by the questions." if rate else "Teacher latency: no wall time recorded.",
+        "Student latency is measured over gRPC against a served artifact (`r3edge serve` in a child process), "
+        "top-100 requests one at a time.",
+        f"Teacher format: {summary.get('format_failures')} of {summary.get('pairs')} dev records not well formed, "
+        f"{summary.get('repairs')} repaired (score read after closing a cut-off reply).",
+    ]
+    if len(dev) < 50:
+        results["notes"].append(f"Evaluated on a seeded sample of {len(dev)} of the 50 dev questions (--dev-queries).")
     return results
 
 

