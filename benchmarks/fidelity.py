@@ -124,13 +124,17 @@ def plot(results: dict, path: Path) -> Path:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7.5, 4.5))
+    placed = 0
     for name, e in results["systems"].items():
         x = (e.get("latency_ms_top100") or {}).get("p50")
         y = e.get("ndcg@10")
         if x is None or y is None:
             continue
         ax.scatter([x / 1e3], [y], marker="s" if name == "teacher" else "o", s=50)
-        ax.annotate(name, (x / 1e3, y), textcoords="offset points", xytext=(0, 8), ha="center", fontsize=8)
+        # alternate above / below so that the fp32 and int8 labels of one student do not overlap
+        ax.annotate(name, (x / 1e3, y), textcoords="offset points", xytext=(0, 8 if placed % 2 == 0 else -14),
+                    ha="center", fontsize=8)
+        placed += 1
     io = results["systems"]["input_order"]["ndcg@10"]
     if io is not None:
         ax.axhline(io, linestyle="--", color="grey", label=f"input order {io:.3f}")
