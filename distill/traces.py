@@ -37,7 +37,7 @@ from r3edge.core.config import TeacherConfig, TraceParams
 from r3edge.core.errors import R3EdgeError
 from r3edge.core.labels import read_labels, read_manifest
 from r3edge.core.pairs import QueryCandidates
-from r3edge.distill.judges import Messages
+from r3edge.distill.judges import Messages, normalize_ws
 from r3edge.distill.judges._single_round import ThinkScore
 from r3edge.distill.judges.r3a import R3AJudge
 from r3edge.distill.teacher import LabelMapping, file_sha256, intent_prompt, pair_context, verdict_tail
@@ -51,6 +51,9 @@ GOLD, LABELS = "gold", "labels"
 # would learn hard labels. With a label-neutral reason the first commitment is the extract (none or
 # a sentence: relevant or not) and the score token keeps the teacher's 1-vs-2 uncertainty.
 INTENT_THINK = "I read the query literally."
+# The query is copied on one line: a cold-started SmolLM2 that copied a multi-line forum question
+# repeated "Posts that answer: ..." after its line break until the budget ran out (SemEval fidelity
+# run: 100 of 600 records, one question of six, lost their intent).
 INTENT = "Posts that answer: {query}"
 REASON = "I compare the post with the query."
 
@@ -126,7 +129,7 @@ def gold_traces(cfg: TeacherConfig, judge, queries: list[QueryCandidates]) -> Tr
     for q in queries:
         history = None
         if judge.two_round:
-            intent = f"{pre}{INTENT_THINK}</think><intent>{INTENT.format(query=q.query)}</intent>"
+            intent = f"{pre}{INTENT_THINK}</think><intent>{INTENT.format(query=normalize_ws(q.query))}</intent>"
             history = [*intent_prompt(cfg, judge, q), {"role": "assistant", "content": intent}]
             intent_ok = judge.parse_intent(intent).format_ok
         for c in q.candidates:

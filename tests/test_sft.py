@@ -24,7 +24,7 @@ TOY = [
     ]},
 ]
 WITH_UNLABELLED = [
-    {"qid": "q1", "query": "best bank in doha for expats?", "aux": ["QNB vs CBQ?"], "candidates": [
+    {"qid": "q1", "query": "best bank in doha\nfor expats?", "aux": ["QNB vs CBQ?"], "candidates": [
         {"docid": "d1", "text": "Moved here in May.\nCommercial Bank is great for expats! No minimum balance.", "label": 2},
         {"docid": "d2", "text": "lol my cat knocked over my coffee", "label": 0},
         {"docid": "d3", "text": "which bank has the best app?", "label": None},
@@ -65,6 +65,7 @@ def test_gold_traces_r3a_follow_the_judge_format(tmp_path):
         assert roles == ["system", "user", "assistant", "user", "assistant"]  # round 1 + this pair's round 2
         intent, verdict = _assistant(t)
         assert intent.startswith(judge.reply_prefix) and judge.parse_intent(intent).format_ok
+        assert "\n" not in intent  # the query is copied on one line
         # the judge's own prompts, with the aux post and the document as labelling shows them
         assert t.messages[:2] == judge.intent_messages(WITH_UNLABELLED[0]["query"], ["QNB vs CBQ?"])
         assert verdict.startswith(judge.reply_prefix)
