@@ -216,14 +216,18 @@ class RunLock:
 
 
 def load_teacher_config(teacher_config_path: str | Path, *, backend: str | None = None, base_url: str | None = None,
-                        samples: int | None = None, model: str | Path | None = None) -> TeacherConfig:
+                        samples: int | None = None, model: str | Path | None = None,
+                        batch_size: int | None = None) -> TeacherConfig:
     """The teacher config with the command line's overrides applied (and validated again).
 
     ``model`` replaces the config's weights (e.g. the directory `r3edge teacher sft` wrote) and keeps
     its judge, prompts, budgets and dtype; ``served_model`` is cleared because it named the old model.
+    ``batch_size`` (generation rows per batch) is how fast, not what: a GPU takes ~10x a CPU's.
     """
     cfg = load_yaml(teacher_config_path, TeacherConfig)
     overrides: dict = {k: v for k, v in {"backend": backend, "base_url": base_url, "samples": samples}.items() if v is not None}
+    if batch_size is not None:
+        overrides["generation"] = {**cfg.generation.model_dump(), "batch_size": batch_size}
     if model is not None:
         overrides["model"] = {"pretrained": str(model), "dtype": cfg.model.dtype}
         overrides["served_model"] = None
@@ -233,7 +237,7 @@ def load_teacher_config(teacher_config_path: str | Path, *, backend: str | None 
         return TeacherConfig.model_validate({**cfg.model_dump(), **overrides})
     except Exception as exc:  # pydantic.ValidationError: name the flag
         raise R3EdgeError(f"teacher config with {overrides}: {exc}",
-                          "fix the --backend / --base-url / --samples / --teacher-model flags") from exc
+                          "fix the --backend / --base-url / --samples / --teacher-model / --batch-size flags") from exc
 
 
 def label_pairs(
@@ -249,6 +253,7 @@ def label_pairs(
     base_url: str | None = None,
     samples: int | None = None,
     teacher_model: str | Path | None = None,
+    batch_size: int | None = None,
     stream: TextIO | None = None,
 ) -> Path:
     """Label the pairs with the configured teacher into ``out_dir`` (resumable); returns ``out_dir``.
@@ -263,7 +268,7 @@ def label_pairs(
         raise R3EdgeError(f"--limit {limit} must be at least 1", "omit --limit to label every pair")
     pairs_path, out = Path(pairs_path), Path(out_dir)
     cfg = load_teacher_config(teacher_config_path, backend=backend, base_url=base_url, samples=samples,
-                              model=teacher_model)
+                              model=teacher_model, batch_size=batch_size)
     judge = get_judge(cfg.judge)
     if judge.score_tokens is not None and cfg.samples != 1:
         raise R3EdgeError(f"judge {judge.name!r} reads its score distribution in one pass; samples={cfg.samples} adds nothing",

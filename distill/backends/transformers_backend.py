@@ -36,7 +36,9 @@ class TransformersBackend:
         if not getattr(self.tokenizer, "chat_template", None):
             raise R3EdgeError(f"tokenizer {spec.tokenizer_ref!r} has no chat template",
                               "use an instruct model's tokenizer (R³A is a multi-turn chat protocol)")
-        self.model = load_model(spec).eval()
+        # generation is the labelling bottleneck: run it on the GPU whenever there is one
+        self.device = "cuda" if _torch.cuda.is_available() else "cpu"
+        self.model = load_model(spec).eval().to(self.device)
         gc = self.model.generation_config
         gc.pad_token_id = self.tokenizer.pad_token_id
         if gc.eos_token_id is None:
@@ -87,8 +89,8 @@ class TransformersBackend:
         torch = self.torch
         width = max(len(r) for r in rows)
         pad = self.tokenizer.pad_token_id
-        ids = torch.tensor([[pad] * (width - len(r)) + r for r in rows], dtype=torch.long)
-        mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows], dtype=torch.long)
+        ids = torch.tensor([[pad] * (width - len(r)) + r for r in rows], dtype=torch.long, device=self.device)
+        mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows], dtype=torch.long, device=self.device)
         return ids, mask
 
     def generate(self, convs: Sequence[Conversation], max_new_tokens: int, stop: Sequence[str]) -> list[Generation]:
@@ -166,7 +168,7 @@ class TransformersBackend:
         stop = [score_open]
         out: list[Generation | None] = [None] * len(prompts)
         probs = np.zeros((len(prompts), len(score_tokens)), dtype=np.float64)
-        sel = torch.tensor(self._score_ids[key], dtype=torch.long)
+        sel = torch.tensor(self._score_ids[key], dtype=torch.long, device=self.device)
         pad = self.tokenizer.pad_token_id
         for idx, rows in self._batches(prompts):
             ids, mask = self._pad(rows)
@@ -199,17 +201,18 @@ class TransformersBackend:
                 if not all(feed):
                     raise R3EdgeError("the judge's completion is empty", "a judge's repair must end with its score marker")
                 width = max(1, max(len(f) for f in feed))
-                step_ids = torch.tensor([[pad] * (width - len(f)) + f for f in feed], dtype=torch.long)
-                step_mask = torch.tensor([[0] * (width - len(f)) + [1] * len(f) for f in feed], dtype=torch.long)
+                step_ids = torch.tensor([[pad] * (width - len(f)) + f for f in feed], dtype=torch.long, device=self.device)
+                step_mask = torch.tensor([[0] * (width - len(f)) + [1] * len(f) for f in feed], dtype=torch.long,
+                                         device=self.device)
                 gen_len = cached - ids.shape[1]
                 gen_mask = torch.tensor([[1 if k < keep[j] - 1 else 0 for k in range(gen_len)]
-                                         for j in range(len(rows))], dtype=torch.long)
+                                         for j in range(len(rows))], dtype=torch.long, device=self.device)
                 full_mask = torch.cat([mask, gen_mask, step_mask], dim=1)
                 start = mask.sum(-1, keepdim=True) + gen_mask.sum(-1, keepdim=True)
                 pos = (start + step_mask.cumsum(-1) - 1).clamp(min=0)
                 logits = self.model(input_ids=step_ids, attention_mask=full_mask, position_ids=pos,
                                     past_key_values=res.past_key_values, logits_to_keep=1).logits
-                p = torch.softmax(logits[:, -1, :].index_select(-1, sel).double(), dim=-1).numpy()
+                p = torch.softmax(logits[:, -1, :].index_select(-1, sel).double(), dim=-1).cpu().numpy()
             share = (time.perf_counter() - t0) / len(rows)
             for j, i in enumerate(idx):
                 text, n, was_repaired = texts[j]

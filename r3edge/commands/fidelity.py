@@ -43,6 +43,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--vllm", default=None, metavar="PYTHON",
                         help="label through a vLLM server run by this interpreter (e.g. .venv-vllm/bin/python)")
     parser.add_argument("--base-url", default=None, help="label through this running OpenAI-compatible server instead")
+    parser.add_argument("--label-batch-size", type=int, default=None, metavar="N",
+                        help="in-process labelling: generation rows per batch (default: the teacher config's; ~128 on a GPU)")
+    parser.add_argument("--until", default=None, choices=["teacher", "label"],
+                        help="stop after this stage (e.g. cold start and labels on a GPU machine, students on the CPU)")
     parser.add_argument("--requests", type=int, default=10, help="top-100 requests per student variant for latency")
     parser.add_argument("--seed", type=int, default=0, help="seed of the question samples")
 
@@ -85,10 +89,23 @@ def run(args) -> int:
         teacher_sft(sft, teacher_dir, gold=sft_gold, max_examples=args.sft_examples)
     else:
         print(f"{teacher_dir} is complete; skipping")
+    if args.until == "teacher":
+        return 0
 
     _step("3/5 label: the teacher on C train and C dev")
     from r3edge.core.labels import read_manifest
-    from r3edge.distill.teacher import label_pairs
+    from r3edge.distill.teacher import file_sha256, label_pairs
+
+    splits = (("dev", dev_pairs), ("train", train_pairs))
+    labels = {split: out / "labels" / split for split, _ in splits}
+
+    def complete(split: str, pairs: Path) -> bool:
+        # labels finished by an earlier run of this stage (possibly on another machine, whose
+        # teacher weights need not be here): complete and over these exact pairs
+        if not (labels[split] / "manifest.json").is_file():
+            return False
+        man = read_manifest(labels[split])
+        return bool(man.get("complete")) and man.get("pairs_sha256") == file_sha256(pairs)
 
     if args.vllm:
         from r3edge.distill.backends.vllm_server import vllm_server
@@ -97,13 +114,22 @@ def run(args) -> int:
         server = vllm_server(args.vllm, teacher_dir, served_name=str(teacher_dir), log_path=out / "vllm.log")
     else:
         server = nullcontext(args.base_url)
-    with server as url:
-        backend = "openai" if url else None
-        labels = {}
-        for split, pairs in (("dev", dev_pairs), ("train", train_pairs)):
-            labels[split] = label_pairs(pairs, sft.teacher, out / "labels" / split, teacher_model=teacher_dir,
-                                        backend=backend, base_url=url, stream=sys.stdout)
+    todo = []
+    for split, pairs in splits:
+        if complete(split, pairs):
+            print(f"{labels[split]} is complete; skipping")
+        else:
+            todo.append((split, pairs))
+    if todo:
+        with server as url:
+            backend = "openai" if url else None
+            bs = args.label_batch_size
+            for split, pairs in todo:
+                label_pairs(pairs, sft.teacher, labels[split], teacher_model=teacher_dir, backend=backend, base_url=url,
+                            batch_size=bs, shard_size=max(64, bs or 0), stream=sys.stdout)
     dev_manifest = read_manifest(labels["dev"])
+    if args.until == "label":
+        return 0
 
     _step("4/5 students: distil, export, serve")
     from r3edge.benchmarks.systems import bench_systems

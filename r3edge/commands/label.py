@@ -34,6 +34,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="OpenAI-compatible server for --backend openai, e.g. http://127.0.0.1:8000/v1")
     parser.add_argument("--samples", type=int, default=None, metavar="K",
                         help="sampled trajectories per pair for sampling judges (retro's mean@K; default: the config's)")
+    parser.add_argument("--batch-size", type=int, default=None, metavar="N",
+                        help="generation rows per batch (default: the config's; a GPU takes ~128); not part of the labels' identity")
     parser.add_argument("--shard-size", type=int, default=64,
                         help="pairs per Parquet shard; also the unit of resumption (a kill loses at most one)")
     parser.add_argument("--shard", default="0/1", metavar="I/N",
@@ -55,5 +57,5 @@ def run(args: argparse.Namespace) -> int:
 
     label_pairs(args.pairs, args.teacher, args.out, shard_size=args.shard_size, shard=args.shard,
                 limit=args.limit, overwrite=args.overwrite, backend=args.backend, base_url=args.base_url,
-                samples=args.samples, teacher_model=args.teacher_model)
+                samples=args.samples, teacher_model=args.teacher_model, batch_size=args.batch_size)
     return 0
