@@ -4,8 +4,10 @@ The files under ``../shared/data/semeval2016-cqa`` are already candidate-list JS
 README); this module picks the splits the fidelity run uses and adds what R³A's intent round wants:
 for a subtask C question (new question -> 100 comments of 10 related threads) the auxiliary posts
 are the related *questions* that the forum's search returned for it (subtask B's candidates, in
-search order): "posts that the platform's search ranked high for this query". Nothing is copied
-into the project; the data is read where it lies.
+search order): "posts that the platform's search ranked high for this query". A subtask C comment
+is titled with its thread's subject line (title, then text, as pooling shows a document): a comment
+answers its thread's question, so whether it answers the new question depends on that thread, and
+the forum shows it that way. Nothing is copied into the project; the data is read where it lies.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from pathlib import Path
 
 from r3edge.core.errors import NotFound
 from r3edge.core.pairs import QueryCandidates, read_queries
+from r3edge.distill.pooling import Doc
 
 SEMEVAL_FILES = {
     ("A", "train"): "subtaskA_train2.jsonl", ("A", "dev"): "subtaskA_dev.jsonl",
@@ -30,15 +33,25 @@ def semeval_file(data_dir: str | Path, subtask: str, split: str) -> Path:
     return path
 
 
-def semeval_queries(data_dir: str | Path, subtask: str, split: str, *, aux_k: int = 3) -> list[QueryCandidates]:
-    """One subtask's split; subtask C questions get their top ``aux_k`` related questions as ``aux``."""
+def semeval_queries(data_dir: str | Path, subtask: str, split: str, *, aux_k: int = 3,
+                    titled: bool = True) -> list[QueryCandidates]:
+    """One subtask's split; subtask C questions get their top ``aux_k`` related questions as ``aux``
+    and (``titled``) each comment its thread's subject line as title."""
     queries = read_queries(semeval_file(data_dir, subtask, split))
-    if subtask == "C" and aux_k > 0:
-        related = {q.qid: q for q in read_queries(semeval_file(data_dir, "B", split))}
-        for q in queries:
-            if q.qid in related:
-                ranked = sorted(related[q.qid].candidates, key=lambda c: (c.rank is None, c.rank or 0))
-                q.aux = [c.text for c in ranked[:aux_k]]
+    if subtask != "C" or (aux_k <= 0 and not titled):
+        return queries
+    related = {q.qid: q for q in read_queries(semeval_file(data_dir, "B", split))}
+    for q in queries:
+        threads = related[q.qid].candidates if q.qid in related else []
+        if aux_k > 0 and threads:
+            ranked = sorted(threads, key=lambda c: (c.rank is None, c.rank or 0))
+            q.aux = [c.text for c in ranked[:aux_k]]
+        if titled:
+            subject = {t.docid: t.text.split("\n", 1)[0].strip() for t in threads}
+            for c in q.candidates:  # comment Q268_R4_C1 belongs to thread Q268_R4
+                title = subject.get(c.docid.rsplit("_", 1)[0])
+                if title:
+                    c.text = Doc(c.docid, c.text, title).full_text
     return queries
 
 

@@ -54,12 +54,25 @@ INTENT_THINK = "I read the query literally."
 # The query is copied on one line: a cold-started SmolLM2 that copied a multi-line forum question
 # repeated "Posts that answer: ..." after its line break until the budget ran out (SemEval fidelity
 # run: 100 of 600 records, one question of six, lost their intent).
+# Only its first words: a forum question runs to 100+ words, and a copy of all of it overflowed the
+# intent budget (GPU fidelity run: 26 of 50 dev questions lost their intent at 64 tokens).
 INTENT = "Posts that answer: {query}"
+INTENT_MAX_WORDS = 24
 REASON = "I compare the post with the query."
+#: an extract is at most this many words (a verbatim prefix of the best sentence): long forum
+#: sentences overflowed the verdict's budget and were cut before <score>
+EXTRACT_MAX_WORDS = 30
 
 #: a sentence ends at a line break, or at . ! ? (runs of them) followed by whitespace
 _SENTENCE_END = re.compile(r"\n+|(?<=[.!?])\s+")
 _WORD = re.compile(r"\w+")
+_TOKEN = re.compile(r"\S+")
+
+
+def first_words(text: str, n: int) -> str:
+    """``text`` up to the end of its ``n``-th whitespace-separated word: a verbatim prefix."""
+    words = list(_TOKEN.finditer(text))
+    return text if len(words) <= n else text[:words[n - 1].end()]
 
 
 @dataclass(frozen=True)
@@ -91,15 +104,16 @@ def sentences(document: str) -> list[str]:
 
 
 def best_sentence(query: str, document: str) -> str | None:
-    """The sentence sharing the most distinct words (case-folded ``\\w+``) with the query; the
-    earliest wins a tie, so a relevant post without any shared word gives its first sentence."""
+    """The sentence sharing the most distinct words (case-folded ``\\w+``) with the query, cut to its
+    first ``EXTRACT_MAX_WORDS`` words; the earliest wins a tie, so a relevant post without any
+    shared word gives its first sentence."""
     words = set(_WORD.findall(query.lower()))
     best, best_n = None, -1
     for s in sentences(document):
         n = len(words & set(_WORD.findall(s.lower())))
         if n > best_n:
             best, best_n = s, n
-    return best
+    return None if best is None else first_words(best, EXTRACT_MAX_WORDS)
 
 
 def _gold_native(cfg: TeacherConfig, judge) -> dict[int, int]:
@@ -129,7 +143,8 @@ def gold_traces(cfg: TeacherConfig, judge, queries: list[QueryCandidates]) -> Tr
     for q in queries:
         history = None
         if judge.two_round:
-            intent = f"{pre}{INTENT_THINK}</think><intent>{INTENT.format(query=normalize_ws(q.query))}</intent>"
+            query = first_words(normalize_ws(q.query), INTENT_MAX_WORDS)
+            intent = f"{pre}{INTENT_THINK}</think><intent>{INTENT.format(query=query)}</intent>"
             history = [*intent_prompt(cfg, judge, q), {"role": "assistant", "content": intent}]
             intent_ok = judge.parse_intent(intent).format_ok
         for c in q.candidates:
