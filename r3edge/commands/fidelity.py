@@ -33,7 +33,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--sft-config", default="r3a-smollm2-cqa",
                         help="teacher cold-start (SFT) config; its teacher config (judge, prompts, budgets) also labels")
     parser.add_argument("--sft-examples", type=int, default=None, help="cap on cold-start traces (default: the config's)")
-    parser.add_argument("--students", default="smollm2-cqa,minilm-cqa",
+    parser.add_argument("--students", default="minilm-cqa,smollm2-cqa",
                         help="student configs to distil, comma-separated; the first is the recommended one")
     parser.add_argument("--sft-queries", type=int, default=60,
                         help="questions in the cold-start pool, half from subtask A train and half from C train; every "
@@ -45,6 +45,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--base-url", default=None, help="label through this running OpenAI-compatible server instead")
     parser.add_argument("--label-batch-size", type=int, default=None, metavar="N",
                         help="in-process labelling: generation rows per batch (default: the teacher config's; ~128 on a GPU)")
+    parser.add_argument("--stages-on", default=None, metavar="TEXT",
+                        help="where the cold start and labelling ran when not on this machine (e.g. 'NVIDIA H100 80GB, "
+                             "device run'); the report names it beside the teacher's latency")
     parser.add_argument("--until", default=None, choices=["teacher", "label"],
                         help="stop after this stage (e.g. cold start and labels on a GPU machine, students on the CPU)")
     parser.add_argument("--requests", type=int, default=10, help="top-100 requests per student variant for latency")
@@ -172,15 +175,22 @@ def _results(args, dev, bench: dict, names: list[str], dev_manifest: dict, teach
     teacher = system_entry(teacher_row, model=f"SmolLM2-135M-Instruct cold-started ({teacher_dir.name})",
                            format_failures=summary.get("format_failures"), repairs=summary.get("repairs"))
     teacher["latency_ms_top100"] = {"p50": per_q_ms, "p95": None}
-    teacher["latency_source"] = "measured: dev labelling wall time / questions"
+    where = args.stages_on or "this machine"
+    teacher["latency_source"] = f"measured: dev labelling wall time / questions, on {where}"
     systems: dict = {"teacher": teacher}
     for i, name in enumerate(names):
         rows = [r for r in bench[name]["systems"] if r.get("kind") == "student"]
         encoder = load_yaml(name, StudentConfig).model.kind == "encoder"
-        key = "student" if i == 0 else ("encoder-student" if encoder else f"student-{name}")
+        # the recommended student is "student"; an encoder is also "encoder-student" (the issue's shape)
+        keys = ["student"] if i == 0 else []
+        if encoder:
+            keys.append("encoder-student")
+        elif i > 0:
+            keys.append(f"student-{name}")
         for r in rows:
             suffix = "" if r.get("variant") in (None, "fp32") else f"-{r['variant']}"
-            systems[key + suffix] = system_entry(r, model=name, variant=r.get("variant"))
+            for key in keys:
+                systems[key + suffix] = system_entry(r, model=name, variant=r.get("variant"))
     systems.update(baselines(dev, values))
     import json
 
@@ -191,6 +201,7 @@ def _results(args, dev, bench: dict, names: list[str], dev_manifest: dict, teach
         "settings": {"data": str(args.data), "dev_queries": len(dev), "train_queries": args.train_queries or "all",
                      "students": names, "recommended_student": names[0], "sft_config": args.sft_config,
                      "labelling": "vllm" if (args.vllm or args.base_url) else "transformers",
+                     "cold_start_and_labelling_on": where,
                      "requests_per_variant": args.requests, "wall_s": round(wall_s, 1),
                      "teacher_cold_start": {k: sft_report.get(k) for k in (
                          "base_model", "trained", "trained_by_label", "earlier_round_examples", "tokens", "epochs",
@@ -202,7 +213,7 @@ def _results(args, dev, bench: dict, names: list[str], dev_manifest: dict, teach
     rate = summary.get("pairs", 0) / wall if wall else None
     results["notes"] = [
         f"Teacher latency is measured: the wall time of labelling the {len(dev)} dev questions "
-        f"({'through a vLLM server' if (args.vllm or args.base_url) else 'in-process with transformers'}, "
+        f"({'through a vLLM server' if (args.vllm or args.base_url) else 'in-process with transformers'} on {where}, "
         f"{rate:.2f} pairs/s) divided by the questions." if rate else "Teacher latency: no wall time recorded.",
         "Student latency is measured over gRPC against a served artifact (`r3edge serve` in a child process), "
         "top-100 requests one at a time.",
@@ -217,7 +228,8 @@ def _results(args, dev, bench: dict, names: list[str], dev_manifest: dict, teach
 def _command(args) -> str:
     parts = ["r3edge", "fidelity", "--data", args.data, "--out", args.out, "--results", args.results,
              "--sft-config", args.sft_config, "--students", args.students]
-    for flag, val in (("--sft-examples", args.sft_examples), ("--sft-queries", args.sft_queries), ("--train-queries", args.train_queries),
+    for flag, val in (("--stages-on", args.stages_on), ("--label-batch-size", args.label_batch_size),
+                      ("--sft-examples", args.sft_examples), ("--sft-queries", args.sft_queries), ("--train-queries", args.train_queries),
                       ("--dev-queries", args.dev_queries), ("--vllm", args.vllm)):
         if val is not None:
             parts += [flag, str(val)]
