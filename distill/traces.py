@@ -269,9 +269,10 @@ def select(traces: list[Trace], params: TraceParams, max_examples: int | None = 
     capped = 0
     for label, group in by_label.items():
         rng.shuffle(group)
-        if params.per_label_cap is not None and len(group) > params.per_label_cap:
-            capped += len(group) - params.per_label_cap
-            by_label[label] = group[: params.per_label_cap]
+        cap = params.cap(label)
+        if cap is not None and len(group) > cap:
+            capped += len(group) - cap
+            by_label[label] = group[:cap]
     repeated = 0
     if params.oversample and by_label:
         top = max(len(g) for g in by_label.values())

@@ -71,3 +71,8 @@ def test_semeval_c_questions_carry_their_related_questions_as_aux():
     picked = sample_queries(dev, 7, seed=0)
     assert len(picked) == 7 and picked == sample_queries(dev, 7, seed=0)
     assert np.all(np.diff([dev.index(q) for q in picked]) > 0)  # file order kept
+    # a comment is titled with its thread's subject line: "Q268_R4_C1" belongs to thread "Q268_R4"
+    raw = {q.qid: q for q in semeval_queries(CQA, "C", "dev", aux_k=0, titled=False)}
+    c, plain = dev[0].candidates[0], raw[dev[0].qid].candidates[0]
+    thread = next(t for t in related[dev[0].qid].candidates if t.docid == c.docid.rsplit("_", 1)[0])
+    assert c.text == thread.text.split("\n", 1)[0].strip() + "\n" + plain.text

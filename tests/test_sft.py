@@ -14,7 +14,7 @@ from r3edge.core.labels import read_labels, write_manifest, write_shard
 from r3edge.core.pairs import read_queries
 from r3edge.distill.judges import get_judge, is_verbatim
 from r3edge.distill.teacher import file_sha256, load_teacher_config, pair_context
-from r3edge.distill.traces import Trace, best_sentence, gold_traces, label_traces, select, sentences
+from r3edge.distill.traces import Trace, best_sentence, first_words, gold_traces, label_traces, select, sentences
 
 TOY = [
     {"qid": "q1", "query": "renew residence permit qatar", "candidates": [
@@ -50,6 +50,10 @@ def test_sentences_and_best_sentence_are_verbatim_and_deterministic():
     assert best_sentence("best bank for expats", doc) == "Commercial Bank is great for expats!"
     assert best_sentence("zzz", doc) == "Moved here in May."  # no shared word: the first sentence
     assert best_sentence("x", "   ") is None
+    long = " ".join(f"w{i}" for i in range(40)) + ".  Short one."
+    cut = best_sentence("w1 w2", long)  # cut to its first 30 words, still a verbatim prefix
+    assert cut == " ".join(f"w{i}" for i in range(30)) and long.startswith(cut)
+    assert first_words("a  b\tc d", 3) == "a  b\tc" and first_words("a b", 5) == "a b"
 
 
 def test_gold_traces_r3a_follow_the_judge_format(tmp_path):
@@ -167,6 +171,11 @@ def test_select_caps_oversamples_and_is_seeded():
     assert [t.docid for t in again] == [t.docid for t in chosen]
     cut, counts = select(traces, TraceParams(seed=1), max_examples=5)
     assert len(cut) == 5 and counts["cut_by_max_examples"] == 6
+    # one cap per label: more zeros than relevant traces; an unnamed label keeps all of its traces
+    mixed, counts = select(traces, TraceParams(per_label_cap={0: 6, 1: 1}, seed=1))
+    assert counts["chosen_by_label"] == {"0": 6, "1": 1, "2": 1} and counts["capped_per_label"] == 3
+    with pytest.raises(ValueError):
+        TraceParams(per_label_cap={0: 0})
 
 
 # ---- tokenisation, loss and training (torch) ----------------------------------------------------

@@ -22,7 +22,8 @@ def configure(parser):
                         help="teacher config, a shipped name or a YAML path (judge + model + generation budgets)")
     parser.add_argument("--sft", default="r3a-smollm2-demo",
                         help="the teacher's cold-start config (its teacher config must be --teacher's)")
-    parser.add_argument("--sft-queries", type=int, default=6, help="queries whose gold-labelled posts build the cold-start traces")
+    parser.add_argument("--sft-queries", type=int, default=10,
+                        help="queries whose gold-labelled posts build the cold-start traces (10: one per demo topic)")
     parser.add_argument("--student", default="smollm2-demo",
                         help="student config, a shipped name or a YAML path (model + scorer budgets + training)")
     parser.add_argument("--train-queries", type=int, default=10, help="training queries")

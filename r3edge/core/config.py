@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import ClassVar, Literal, TypeVar
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError, model_validator
 
 from r3edge.core.errors import R3EdgeError
 
@@ -152,8 +152,16 @@ class TraceParams(Strict):
 
     #: keep at most this many traces (after capping and oversampling; a seeded random subset)
     max_examples: int | None = Field(None, ge=1)
-    #: keep at most this many traces per student label
-    per_label_cap: int | None = Field(None, ge=1)
+    #: keep at most this many traces per student label; a mapping caps each label on its own (e.g.
+    #: more irrelevant than relevant traces, so a small judge learns that an answer to another
+    #: query is a 0)
+    per_label_cap: PositiveInt | dict[int, PositiveInt] | None = None
+
+    def cap(self, label: int) -> int | None:
+        """The cap of ``label``'s traces (None: all)."""
+        if isinstance(self.per_label_cap, dict):
+            return self.per_label_cap.get(label)
+        return self.per_label_cap
     #: repeat the traces of the smaller labels until every label has as many as the largest
     oversample: bool = False
     #: Retro*'s SFT filter where a pair has several traces (several labels dirs): keep only the one
