@@ -23,23 +23,15 @@ from pathlib import Path
 import numpy as np
 import torch
 import transformers
+import yaml
 from transformers import AutoModelForCausalLM, DynamicCache, Qwen2Config
 
 PAD, EOS, LABEL_IDS = 0, 151643, (15, 16, 17)  # pad id; Qwen's <|endoftext|>; three label-token rows
 HEAD_LEN, QUERY_LEN, TAIL_LEN = 30, 20, 6  # template head + query = the shared prefix; template tail
 DOC_MIN, DOC_MAX, MAX_TOTAL = 40, 448, 576
-STUDENT = dict(
-    vocab_size=151936,
-    hidden_size=1536,
-    intermediate_size=8960,
-    num_hidden_layers=28,
-    num_attention_heads=12,
-    num_key_value_heads=2,
-    max_position_embeddings=32768,
-    rope_theta=1e6,
-    rms_norm_eps=1e-6,
-    tie_word_embeddings=True,
-)
+# the student architecture is the project's own config (one definition of Qwen2.5-1.5B's shape)
+_STUDENT_YAML = Path(__file__).resolve().parents[1] / "configs" / "student" / "qwen2.5-1.5b-random.yaml"
+STUDENT = {k: v for k, v in yaml.safe_load(_STUDENT_YAML.read_text())["model"]["architecture"].items() if k != "model_type"}
 TEACHER = dict(
     vocab_size=152064,
     hidden_size=3584,

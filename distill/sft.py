@@ -198,7 +198,7 @@ def build_traces(cfg: SFTConfig, teacher: TeacherConfig, judge, *, gold: str | P
     queries = read_queries(gold)
     source: dict = {"pairs_file": Path(gold).name, "pairs_sha256": file_sha256(Path(gold))}
     if traces is None:
-        made = gold_traces(teacher, judge, queries)
+        made = gold_traces(teacher, judge, queries, reason=cfg.traces.reason)
         source["kind"] = "gold (templated: teaches the format and the labels, not reasoning)"
     else:
         dirs = [traces] if isinstance(traces, (str, Path)) else list(traces)

@@ -59,6 +59,13 @@ INTENT_THINK = "I read the query literally."
 INTENT = "Posts that answer: {query}"
 INTENT_MAX_WORDS = 24
 REASON = "I compare the post with the query."
+#: the ``shared_words`` reason (TraceParams.reason): computed from the query and the post alone
+SHARED = "Words the post shares with the query: {words}."
+#: words too common to say that a post is about the query (content words are 3+ letters and not these)
+_STOP = frozenset(
+    "the and for you your with that this are was were what how why can any but not have has had from they them there "
+    "their about just like get got its our out one all too very into when where which who will would could should does "
+    "did been more most much many some such than then also only over under again here help".split())
 #: an extract is at most this many words (a verbatim prefix of the best sentence): long forum
 #: sentences overflowed the verdict's budget and were cut before <score>
 EXTRACT_MAX_WORDS = 30
@@ -116,6 +123,13 @@ def best_sentence(query: str, document: str) -> str | None:
     return None if best is None else first_words(best, EXTRACT_MAX_WORDS)
 
 
+def shared_words(query: str, document: str) -> str:
+    """The ``shared_words`` reason: the query's content words that the post contains, in query order."""
+    doc = set(_WORD.findall(document.lower()))
+    words = [w for w in dict.fromkeys(_WORD.findall(query.lower())) if len(w) >= 3 and w not in _STOP and w in doc]
+    return SHARED.format(words=", ".join(words) if words else "none")
+
+
 def _gold_native(cfg: TeacherConfig, judge) -> dict[int, int]:
     """Gold (student) label -> native score: the inverse of the config's label map, which must be one to one."""
     if not isinstance(judge, (R3AJudge, ThinkScore)):
@@ -135,8 +149,9 @@ def _gold_native(cfg: TeacherConfig, judge) -> dict[int, int]:
     return inverse
 
 
-def gold_traces(cfg: TeacherConfig, judge, queries: list[QueryCandidates]) -> Traces:
-    """Source (b): templated traces whose score is each pair's gold label (see the module docstring)."""
+def gold_traces(cfg: TeacherConfig, judge, queries: list[QueryCandidates], reason: str = "fixed") -> Traces:
+    """Source (b): templated traces whose score is each pair's gold label (see the module docstring);
+    ``reason`` is TraceParams.reason."""
     native_of = _gold_native(cfg, judge)
     pre = judge.reply_prefix
     out = Traces()
@@ -160,15 +175,15 @@ def gold_traces(cfg: TeacherConfig, judge, queries: list[QueryCandidates]) -> Tr
                 continue
             native = native_of[c.label]
             pair = pair_context(cfg, q, c)
-            reason = REASON
+            why = shared_words(q.query, pair.document) if reason == "shared_words" else REASON
             if isinstance(judge, R3AJudge):
                 extract = best_sentence(q.query, pair.document) if native > 0 else None
                 if native > 0 and extract is None:
                     out.dropped["relevant document has no text to extract"] += 1
                     continue
-                body = f"{reason}</think><extract>{extract or 'none'}</extract>"
+                body = f"{why}</think><extract>{extract or 'none'}</extract>"
             else:
-                body = f"{reason}</think>"
+                body = f"{why}</think>"
             reply = f"{pre}{body}<score>{native}</score>"
             if not _keep(judge, reply, pair, out):
                 continue

@@ -14,7 +14,16 @@ from r3edge.core.labels import read_labels, write_manifest, write_shard
 from r3edge.core.pairs import read_queries
 from r3edge.distill.judges import get_judge, is_verbatim
 from r3edge.distill.teacher import file_sha256, load_teacher_config, pair_context
-from r3edge.distill.traces import Trace, best_sentence, first_words, gold_traces, label_traces, select, sentences
+from r3edge.distill.traces import (
+    Trace,
+    best_sentence,
+    first_words,
+    gold_traces,
+    label_traces,
+    select,
+    sentences,
+    shared_words,
+)
 
 TOY = [
     {"qid": "q1", "query": "renew residence permit qatar", "candidates": [
@@ -56,6 +65,12 @@ def test_sentences_and_best_sentence_are_verbatim_and_deterministic():
     assert first_words("a  b\tc d", 3) == "a  b\tc" and first_words("a b", 5) == "a b"
 
 
+def test_shared_words_reason_lists_the_querys_content_words_in_the_post():
+    assert shared_words("Why is my Sourdough flat?", "sourdough pizza, flat crust") == \
+        "Words the post shares with the query: sourdough, flat."
+    assert shared_words("why is my sourdough flat", "V60 ratio: 15 g of coffee") == "Words the post shares with the query: none."
+
+
 def test_gold_traces_r3a_follow_the_judge_format(tmp_path):
     cfg = load_teacher_config(TINY_TEACHER)
     judge = get_judge("r3a")
@@ -78,6 +93,11 @@ def test_gold_traces_r3a_follow_the_judge_format(tmp_path):
     assert d1.format_ok and d1.score == 2 and d1.extract == "Commercial Bank is great for expats!" and d1.extract_is_verbatim
     d2 = judge.parse_assessment(_assistant(by_doc["d2"])[1], pair["d2"])
     assert d2.format_ok and d2.score == 0 and d2.extract == "none"
+    # the shared_words reason is computed from the query and the post, whatever the label
+    worded = {t.docid: _assistant(t)[1] for t in gold_traces(cfg, judge, [q], reason="shared_words").traces}
+    for docid, verdict in worded.items():
+        assert verdict.startswith(judge.reply_prefix + shared_words(q.query, pair[docid].document) + "</think>")
+        assert judge.parse_assessment(verdict, pair[docid]).format_ok
 
 
 def test_gold_traces_single_round_and_refusals(tmp_path):

@@ -157,6 +157,12 @@ class TraceParams(Strict):
     #: query is a 0)
     per_label_cap: PositiveInt | dict[int, PositiveInt] | None = None
 
+    #: the reasoning of gold-built traces: ``fixed`` (one sentence whatever the pair) or
+    #: ``shared_words`` (the content words the post shares with the query, computed from the two
+    #: texts, never from the label: a step a small judge can copy, which makes an answer to another
+    #: query visible as sharing nothing)
+    reason: Literal["fixed", "shared_words"] = "fixed"
+
     def cap(self, label: int) -> int | None:
         """The cap of ``label``'s traces (None: all)."""
         if isinstance(self.per_label_cap, dict):
