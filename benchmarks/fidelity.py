@@ -11,36 +11,11 @@ and ``latency_vs_ndcg.png``.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
 from pathlib import Path
-
-import numpy as np
-
-from r3edge.core.pairs import QueryCandidates
 
 #: the per-system fields copied from a metrics block (relevance_metrics / agreement_metrics)
 GOLD_KEYS = ("accuracy", "f1_macro", "f1_per_class", "auc_0_12", "auc_01_2", "ndcg@10", "n", "ndcg_queries")
 TEACHER_KEYS = ("accuracy_vs_teacher", "kl_teacher_student", "spearman_expected_score")
-
-
-def baselines(queries: Sequence[QueryCandidates], label_values: Sequence[float]) -> dict:
-    """The input order (nDCG@10 of the given ranks) and the majority class (accuracy, macro-F1)."""
-    from r3edge.core.metrics import ndcg_at_k, relevance_metrics
-
-    pairs = [(q.qid, c) for q in queries for c in q.candidates if c.label is not None]
-    gold = np.asarray([c.label for _, c in pairs], dtype=np.int64)
-    qids = [qid for qid, _ in pairs]
-    values = np.asarray(label_values, dtype=np.float64)
-    ranks = np.asarray([c.rank if c.rank is not None else 10**9 for _, c in pairs], dtype=np.float64)
-    order = ndcg_at_k(values[gold], -ranks, qids)
-    majority = int(np.bincount(gold, minlength=len(values)).argmax())
-    onehot = np.zeros((len(gold), len(values)))
-    onehot[:, majority] = 1.0
-    maj = relevance_metrics(gold, onehot, qids, label_values)
-    return {
-        "input_order": {"ndcg@10": order["ndcg@10"], "ndcg_queries": order["ndcg_queries"]},
-        "majority": {"label": majority, "accuracy": maj["accuracy"], "macro_f1": maj["f1_macro"], "n": maj["n"]},
-    }
 
 
 def system_entry(row: dict, **extra) -> dict:

@@ -39,6 +39,22 @@ def subset_cells(row: dict) -> list[str]:
             _fmt(sub.get("auc_0_12")), _fmt(sub.get("auc_01_2")), _fmt(sub.get("ndcg@10")), str(sub.get("n", "–"))]
 
 
+def first_stage_lines(results: dict) -> list[str]:
+    """The order the candidates arrived in, against each student on the same held-back lists."""
+    order = ((results.get("baselines") or {}).get("input_order") or {}).get("ndcg@10")
+    if order is None:
+        return []
+    lines = ["", f"**First-stage order** (the ranks the candidates came with, which the reranker reorders): "
+                 f"nDCG@10 {order:.3f} on the same {results['settings']['n_queries']} queries."]
+    for r in results["systems"]:
+        got = r.get("accuracy", {}).get("vs_gold", {}).get("ndcg@10")
+        if r.get("kind") == "student" and got is not None:
+            verdict = "above" if got > order else "not above"
+            lines.append(f"- {r['system']} {r.get('variant') or ''}: nDCG@10 {got:.3f}, {verdict} the first-stage order "
+                         f"({got - order:+.3f}).")
+    return lines
+
+
 def markdown(results: dict) -> str:
     m = results["machine"]
     s = results["settings"]
@@ -75,6 +91,9 @@ def markdown(results: dict) -> str:
             macro_f1 = 2 * frac / (1 + frac) / len(counts)
             lines += ["", f"Majority-class baseline on these pairs (always label {max(counts, key=counts.get)}): "
                       f"accuracy {frac:.3f}, macro F1 {macro_f1:.3f}; gold label counts {counts}."]
+    lines += first_stage_lines(results)
+    if results.get("notes"):
+        lines += ["", "## Notes", ""] + [f"- {n}" for n in results["notes"]]
     errs = {r["system"] + ":" + str(r.get("variant")): r["load"]["errors"] for r in results["systems"]
             if r.get("load", {}).get("errors")}
     if errs:

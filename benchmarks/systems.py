@@ -188,13 +188,36 @@ def bench_systems(queries: Sequence[QueryCandidates], *, artifact: str | None = 
         for variant in (list(variants) if variants else _variants_of(artifact)):
             with _served(artifact, variant, threads, **(serve_limits or {})) as tgt:
                 rows.append(student_row(tgt, queries, teacher, system="student (onnxruntime)", **kw))
+    label_values = rows[0].get("label_values") or (0.0, 1.0, 2.0)
     if labels_dir:
-        label_values = rows[0].get("label_values") or (0.0, 1.0, 2.0)
         rows.append(teacher_row(queries, labels_dir, label_values))
+    gold = any(c.label is not None for q in queries for c in q.candidates)
     return {
         "machine": machine_info(),
         "settings": {"artifact": artifact, "target": target, "threads": threads,
                      "labels_dir": labels_dir, "n_queries": len(queries),
                      "n_pairs": sum(len(q.candidates) for q in queries), **kw},
         "systems": rows,
+        # what the reranker must beat: the order it was handed, on the same held-back pairs
+        "baselines": baselines(queries, label_values) if gold else None,
+    }
+
+
+def baselines(queries: Sequence[QueryCandidates], label_values: Sequence[float]) -> dict:
+    """The input order (nDCG@10 of the given ranks) and the majority class (accuracy, macro-F1)."""
+    from r3edge.core.metrics import ndcg_at_k, relevance_metrics
+
+    pairs = [(q.qid, c) for q in queries for c in q.candidates if c.label is not None]
+    gold = np.asarray([c.label for _, c in pairs], dtype=np.int64)
+    qids = [qid for qid, _ in pairs]
+    values = np.asarray(label_values, dtype=np.float64)
+    ranks = np.asarray([c.rank if c.rank is not None else 10**9 for _, c in pairs], dtype=np.float64)
+    order = ndcg_at_k(values[gold], -ranks, qids)
+    majority = int(np.bincount(gold, minlength=len(values)).argmax())
+    onehot = np.zeros((len(gold), len(values)))
+    onehot[:, majority] = 1.0
+    maj = relevance_metrics(gold, onehot, qids, label_values)
+    return {
+        "input_order": {"ndcg@10": order["ndcg@10"], "ndcg_queries": order["ndcg_queries"]},
+        "majority": {"label": majority, "accuracy": maj["accuracy"], "macro_f1": maj["f1_macro"], "n": maj["n"]},
     }

@@ -65,6 +65,13 @@ def test_bench_cli_writes_results_report_and_plot(tiny_artifact, sample_pairs_fi
     assert same_pairs.count("\n| student") == 2 and "| teacher | tiny-teacher | 1.000 |" in same_pairs
     for r in students:
         assert r["accuracy"]["on_teacher_pairs"]["n"] == 7
+    # the order the candidates arrived in is the baseline a reranker must beat, on the same pairs
+    order = results["baselines"]["input_order"]["ndcg@10"]
+    assert 0 < order <= 1 and f"nDCG@10 {order:.3f} on the same" in same_pairs
+    for r in students:
+        got = r["accuracy"]["vs_gold"]["ndcg@10"]
+        verdict = "above" if got > order else "not above"
+        assert f"{r['variant']}: nDCG@10 {got:.3f}, {verdict} the first-stage order" in same_pairs
     png = (out / "latency_vs_accuracy.png").read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
     assert "wrote" in capsys.readouterr().out

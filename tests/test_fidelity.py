@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 from conftest import SHARED_DATA
 
-from r3edge.benchmarks.fidelity import baselines, goals, system_entry, write_fidelity_report
+from r3edge.benchmarks.fidelity import goals, system_entry, write_fidelity_report
+from r3edge.benchmarks.systems import baselines
 from r3edge.core.pairs import Candidate, QueryCandidates
 
 CQA = SHARED_DATA / "semeval2016-cqa"

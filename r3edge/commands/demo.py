@@ -118,9 +118,34 @@ def run(args) -> int:
     # every variant that passed its parity checks (a rejected int8 is recorded in export_report.json)
     results = bench_systems(read_queries(heldout), artifact=str(artifact), variants=None,
                             labels_dir=str(labels_heldout), requests=args.requests)
+    results["notes"] = _notes(teacher, labels_train, args)
+    results["settings"]["demo_wall_s"] = round(time.time() - t0, 1)
     paths = write_report(results, out)
     print(f"\ndemo finished in {time.time() - t0:.0f} s")
     for name, path in paths.items():
         print(f"{name}: {path}")
     print(f"serve it: r3edge serve {artifact} --host 127.0.0.1 --port 50051")
     return 0
+
+
+def _notes(teacher: Path, labels_train: Path, args) -> list[str]:
+    """Where the teacher's quality comes from and what the student learned from, read from the run's own reports."""
+    import json
+
+    from r3edge.core.labels import read_manifest
+
+    sft = json.loads((teacher / "sft_report.json").read_text())
+    traces = sft["config"]["traces"]
+    summary = read_manifest(labels_train).get("summary") or {}
+    return [
+        f"Where the teacher's judgement comes from: SmolLM2-135M-Instruct cold-started (`{args.sft}`) on {sft['trained']} "
+        f"verdicts templated from the gold labels of {args.sft_queries} other queries' posts (by label "
+        f"{sft['trained_by_label']}; reason `{traces.get('reason', 'fixed')}`; {sft['epochs']:g} epochs, "
+        f"{sft['wall_time_s']:.0f} s). Templated traces teach the R³A format and the gold labels, not reasoning: "
+        "zero-shot, the same model ignored the format and ranked below chance.",
+        f"The student learned only the teacher's label distribution on {summary.get('pairs')} training pairs "
+        f"(teacher labels {summary.get('labels')}, {summary.get('format_failures')} not well formed, "
+        f"{summary.get('repairs')} repaired); it never saw a gold label.",
+        "The teacher row is measured on the top-ranked candidates of each held-back query only (labelling all "
+        "100 is too slow on a CPU); every student row covers all 100.",
+    ]

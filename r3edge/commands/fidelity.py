@@ -161,7 +161,8 @@ def run(args) -> int:
 
 
 def _results(args, dev, bench: dict, names: list[str], dev_manifest: dict, teacher_dir: Path, wall_s: float) -> dict:
-    from r3edge.benchmarks.fidelity import baselines, goals, system_entry
+    from r3edge.benchmarks.fidelity import goals, system_entry
+    from r3edge.benchmarks.systems import baselines
     from r3edge.core.config import StudentConfig, load_yaml
 
     first = bench[names[0]]
