@@ -24,7 +24,7 @@ def configure(parser):
                         help="the teacher's cold-start config (its teacher config must be --teacher's)")
     parser.add_argument("--sft-queries", type=int, default=10,
                         help="queries whose gold-labelled posts build the cold-start traces (10: one per demo topic)")
-    parser.add_argument("--student", default="smollm2-demo",
+    parser.add_argument("--student", default="minilm-demo",
                         help="student config, a shipped name or a YAML path (model + scorer budgets + training)")
     parser.add_argument("--train-queries", type=int, default=10, help="training queries")
     parser.add_argument("--train-candidates", type=int, default=10, help="candidates per training query")
