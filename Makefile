@@ -63,7 +63,8 @@ test-fast: install lint
 
 lint: install
 	$(VENV)/bin/ruff check .
-	rm -rf $(LINTROOT)
+	@# build/lib is setuptools' staging copy: a stale one would lint files that no longer exist
+	rm -rf $(LINTROOT) build/lib
 	$(PIP) install -q --no-deps --no-build-isolation --target $(LINTROOT) . 2>&1 | grep -v "is ignored" || true
 	cd $(LINTROOT) && ../../$(VENV)/bin/lint-imports --config ../../pyproject.toml
 

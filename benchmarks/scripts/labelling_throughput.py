@@ -7,7 +7,7 @@ own query id, so R³A's intent round runs once per pair instead of once per quer
 computing the intent once per query gains. Rates come from each run's manifest summary (labelling wall
 time, prompt and completion tokens), so model loading and server start-up are not counted.
 
-    python -m r3edge.benchmarks.labelling_throughput --vllm .venv-vllm/bin/python \\
+    .venv/bin/python benchmarks/scripts/labelling_throughput.py --vllm .venv-vllm/bin/python \\
         --out benchmarks/results/labelling-throughput-cpu-2core
 
 The H100 section of the report is a projection from a published vLLM figure, not a measurement; the

@@ -3,8 +3,8 @@ reasoning judges (Qwen2.5-7B and a 1.5B of the student's size) generating with `
 
 Speed only: every model has random weights (no network, no checkpoints), so no number here says anything
 about ranking quality. Self-contained on purpose (torch, transformers, numpy, stdlib) so it can run on a
-bare lent GPU machine:  python3 benchmarks/gpu_speed.py --out DIR      (about 5 minutes on one H100)
-CPU check with tiny models:  python benchmarks/gpu_speed.py --smoke --out /tmp/gs
+bare lent GPU machine:  python3 benchmarks/scripts/gpu_speed.py --out DIR      (about 5 minutes on one H100)
+CPU check with tiny models:  python benchmarks/scripts/gpu_speed.py --smoke --out /tmp/gs
 Writes DIR/gpu_speed.json and DIR/gpu_speed.md (rewritten after every system, so a run cut short keeps
 what it measured) and prints the markdown at the end.
 """
@@ -30,7 +30,7 @@ PAD, EOS, LABEL_IDS = 0, 151643, (15, 16, 17)  # pad id; Qwen's <|endoftext|>; t
 HEAD_LEN, QUERY_LEN, TAIL_LEN = 30, 20, 6  # template head + query = the shared prefix; template tail
 DOC_MIN, DOC_MAX, MAX_TOTAL = 40, 448, 576
 # the student architecture is the project's own config (one definition of Qwen2.5-1.5B's shape)
-_STUDENT_YAML = Path(__file__).resolve().parents[1] / "configs" / "student" / "qwen2.5-1.5b-random.yaml"
+_STUDENT_YAML = Path(__file__).resolve().parents[2] / "configs" / "student" / "qwen2.5-1.5b-random.yaml"
 STUDENT = {k: v for k, v in yaml.safe_load(_STUDENT_YAML.read_text())["model"]["architecture"].items() if k != "model_type"}
 TEACHER = dict(
     vocab_size=152064,
