@@ -36,8 +36,9 @@ PUBLISHED_H100_OUT_TOK_S = 12_500
 PUBLISHED_SOURCE = "https://www.morphllm.com/vllm-benchmarks (Llama 3.1 8B BF16, 1x H100 80GB, ~12,500 output tok/s)"
 
 
-def teacher_yaml(path: Path, budget: int, backend: str) -> Path:
-    """The demo teacher (r3a-smollm2) with every round capped at ``budget`` new tokens."""
+def teacher_yaml(path: Path, budget: int, backend: str, base_url: str | None = None) -> Path:
+    """The demo teacher (r3a-smollm2) with every round capped at ``budget`` new tokens (``base_url``:
+    the vLLM server, for the openai backend)."""
     from r3edge.core.config import TeacherConfig, load_yaml
 
     cfg = load_yaml("r3a-smollm2", TeacherConfig).model_dump(mode="json", exclude_none=True)
@@ -45,7 +46,7 @@ def teacher_yaml(path: Path, budget: int, backend: str) -> Path:
     cfg["generation"].update(intent_max_new_tokens=budget, assess_max_new_tokens=budget)
     cfg["backend"] = backend
     if backend == "openai":
-        cfg["served_model"] = "smollm2"
+        cfg["served_model"], cfg["base_url"] = "smollm2", base_url
     path.write_text(yaml.safe_dump(cfg, sort_keys=False))
     return path
 
@@ -91,7 +92,7 @@ def run(args) -> dict:
                     if mode != "intent once per query" and budget != min(args.budgets):
                         continue  # the intent-once gain is measured at the smaller budget
                     cfg = teacher_yaml(work / f"teacher-{backend}-{budget}.yaml", budget,
-                                       "openai" if backend == "vllm" else "transformers")
+                                       "openai" if backend == "vllm" else "transformers", url)
                     out = work / f"labels-{backend}-{budget}-{'once' if 'query' in mode else 'per-pair'}"
                     t0 = time.time()
                     label_pairs(path, cfg, out, base_url=url, overwrite=True, stream=sys.stdout)
