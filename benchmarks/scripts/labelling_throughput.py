@@ -87,6 +87,9 @@ def run(args) -> dict:
         else:
             server = nullcontext(None)
         with server as url:
+            if url:  # one throwaway request wave first: a fresh server's first work carries its warm-up
+                label_pairs(pairs["intent once per pair"], teacher_yaml(work / "teacher-warmup.yaml", 24, "openai", url),
+                            work / "labels-warmup", base_url=url, overwrite=True, limit=2, stream=sys.stdout)
             for budget in args.budgets:
                 for mode, path in pairs.items():
                     if mode != "intent once per query" and budget != min(args.budgets):
