@@ -169,7 +169,6 @@ class TransformersBackend:
         out: list[Generation | None] = [None] * len(prompts)
         probs = np.zeros((len(prompts), len(score_tokens)), dtype=np.float64)
         sel = torch.tensor(self._score_ids[key], dtype=torch.long, device=self.device)
-        pad = self.tokenizer.pad_token_id
         for idx, rows in self._batches(prompts):
             ids, mask = self._pad(rows)
             t0 = time.perf_counter()
@@ -200,10 +199,7 @@ class TransformersBackend:
                 feed = [([new[j][keep[j] - 1]] if keep[j] > 0 else []) + tails[j] for j in range(len(rows))]
                 if not all(feed):
                     raise R3EdgeError("the judge's completion is empty", "a judge's repair must end with its score marker")
-                width = max(1, max(len(f) for f in feed))
-                step_ids = torch.tensor([[pad] * (width - len(f)) + f for f in feed], dtype=torch.long, device=self.device)
-                step_mask = torch.tensor([[0] * (width - len(f)) + [1] * len(f) for f in feed], dtype=torch.long,
-                                         device=self.device)
+                step_ids, step_mask = self._pad(feed)  # every row non-empty (checked above)
                 gen_len = cached - ids.shape[1]
                 gen_mask = torch.tensor([[1 if k < keep[j] - 1 else 0 for k in range(gen_len)]
                                          for j in range(len(rows))], dtype=torch.long, device=self.device)
