@@ -21,6 +21,12 @@ once per query (per distinct intent reply), not once per pair; round 2 sees it a
 pair. An example longer than ``max_length`` is dropped and counted, never cut: a cut prompt is not
 what labelling shows and a cut reply teaches the model to stop mid-reply.
 
+A training step holds up to ``train.batch_size`` replies of one query and round, and their common
+prefix (system prompt, round 1, the round-2 instructions up to the post: ~390 of a demo verdict's
+~520 tokens) runs once per step, its key/value cache shared by the rows
+(:func:`shared_prefix_chunks`); loss and gradients are those of the unshared batch (tested), at
+about half the tokens.
+
 Full fine-tuning or LoRA (peft, merged before saving); bf16 autocast where configured with fp32
 master weights; the output is a plain HF directory (safetensors, tokenizer with its chat template,
 generation config that stops at the end of a turn, ``sft_report.json``) written atomically, which
@@ -138,24 +144,60 @@ def _generated_tokens(tokenizer, judge, reply: str, final: bool) -> int:
     return len(tokenizer.encode(text, add_special_tokens=False))
 
 
+def shared_prefix_chunks(examples: Sequence[tuple[list[int], list[int]]], keys: Sequence, size: int) -> list[dict]:
+    """Examples grouped into training steps whose rows share one prefix, computed once per step.
+
+    Every verdict of a query repeats the same context (system prompt, round 1, the round-2
+    instructions up to the document): ~390 of a demo trace's ~520 tokens. Examples with the same
+    ``key`` (query and round) are cut into chunks of at most ``size``; a chunk's prefix is the
+    longest run of tokens all its rows start with, stopped before the first labelled position
+    (and one earlier, so every suffix starts with a context token). The loss and the gradients are
+    those of the unshared batch (:class:`SFTTrainer` runs the prefix once and broadcasts its
+    key/value cache): the causal model computes the same prefix for each row anyway.
+    """
+    groups: dict = {}
+    for ex, key in zip(examples, keys):
+        groups.setdefault(key, []).append(ex)
+    chunks = []
+    for rows in groups.values():
+        for i in range(0, len(rows), size):
+            part = rows[i:i + size]
+            n = min(min(len(ids) for ids, _ in part),
+                    min(next((j for j, x in enumerate(lab) if x != IGNORE), len(lab)) for _, lab in part) - 1)
+            first = part[0][0]
+            p = next((j for j in range(max(n, 0)) if any(ids[j] != first[j] for ids, _ in part)), max(n, 0))
+            chunks.append({"prefix": first[:p], "input_ids": [ids[p:] for ids, _ in part],
+                           "labels": [lab[p:] for _, lab in part],
+                           "length": p + sum(len(ids) - p for ids, _ in part)})
+    return chunks
+
+
 class SFTCollator:
-    """Right-pads a batch; padded positions carry no loss and no attention."""
+    """One chunk of :func:`shared_prefix_chunks` per step: its prefix ``[1, P]`` and its suffixes
+    right-padded; padded positions carry no loss and no attention."""
 
     def __init__(self, pad_id: int):
         self.pad_id = pad_id
 
     def __call__(self, features: list[dict]) -> dict[str, torch.Tensor]:
-        width = max(len(f["input_ids"]) for f in features)
-        ids = [f["input_ids"] + [self.pad_id] * (width - len(f["input_ids"])) for f in features]
-        labels = [f["labels"] + [IGNORE] * (width - len(f["labels"])) for f in features]
-        mask = [[1] * len(f["input_ids"]) + [0] * (width - len(f["input_ids"])) for f in features]
-        return {"input_ids": torch.tensor(ids), "attention_mask": torch.tensor(mask), "labels": torch.tensor(labels)}
+        if len(features) != 1:
+            raise R3EdgeError(f"an SFT step takes one shared-prefix chunk, got {len(features)}",
+                              "build the dataset with shared_prefix_chunks and per-device batch size 1")
+        (f,) = features
+        width = max(len(r) for r in f["input_ids"])
+        ids = [r + [self.pad_id] * (width - len(r)) for r in f["input_ids"]]
+        labels = [r + [IGNORE] * (width - len(r)) for r in f["labels"]]
+        mask = [[1] * len(r) + [0] * (width - len(r)) for r in f["input_ids"]]
+        return {"prefix_ids": torch.tensor([f["prefix"]], dtype=torch.long), "input_ids": torch.tensor(ids),
+                "attention_mask": torch.tensor(mask), "labels": torch.tensor(labels)}
 
 
 class SFTTrainer(Trainer):
     """Causal-LM cross-entropy on the labelled (assistant) positions only.
 
-    The vocabulary projection runs only where a label is, not over the whole prompt: prompts are
+    The shared prefix of a step runs once (batch 1) and its key/value cache is repeated for every
+    row, with gradients flowing back through it; the rows then run only their own suffix. The
+    vocabulary projection runs only where a label is, not over the whole prompt: prompts are
     most of a trace, and the projection is most of a small model's cost.
     """
 
@@ -163,17 +205,27 @@ class SFTTrainer(Trainer):
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         lm = model.get_base_model() if hasattr(model, "get_base_model") else model
+        decoder = lm.get_decoder()
+        ids, mask, prefix = inputs["input_ids"], inputs["attention_mask"], inputs.get("prefix_ids")
         targets = inputs["labels"][:, 1:]
         sel = targets != IGNORE
+        p = 0 if prefix is None else prefix.shape[1]
         # accelerate puts bf16 autocast around model.forward only, and the submodules are called directly
         with self.accelerator.autocast():
-            hidden = lm.get_decoder()(input_ids=inputs["input_ids"], attention_mask=inputs["attention_mask"],
-                                      use_cache=False).last_hidden_state
+            if p:
+                cache = decoder(input_ids=prefix, use_cache=True).past_key_values
+                cache.batch_repeat_interleave(ids.shape[0])
+                full_mask = torch.cat([mask.new_ones(ids.shape[0], p), mask], dim=1)
+                pos = torch.arange(p, p + ids.shape[1], device=ids.device).expand(ids.shape[0], -1)
+                hidden = decoder(input_ids=ids, attention_mask=full_mask, position_ids=pos, past_key_values=cache,
+                                 use_cache=True).last_hidden_state
+            else:
+                hidden = decoder(input_ids=ids, attention_mask=mask, use_cache=False).last_hidden_state
             logits = lm.get_output_embeddings()(hidden[:, :-1][sel])
         logits = logits.float()
         total = F.cross_entropy(logits, targets[sel], reduction="sum")
         n = torch.as_tensor(num_items_in_batch if num_items_in_batch is not None else sel.sum())
-        self.tokens_seen += int(inputs["attention_mask"].sum())
+        self.tokens_seen += p + int(mask.sum())
         loss = total / n.to(total.device).clamp(min=1)
         return (loss, logits) if return_outputs else loss
 
@@ -242,7 +294,8 @@ def teacher_sft(config: str | Path | SFTConfig, out_dir: str | Path, *, gold: st
         raise R3EdgeError(f"tokenizer {spec.tokenizer_ref!r} has no chat template", "fine-tune an instruct model's tokenizer")
     lm = load_model(spec.model_copy(update={"dtype": "float32"}))  # fp32 master weights; bf16 only as autocast
     stops = stop_token_ids(tokenizer, lm)
-    rows: dict[str, list] = {"input_ids": [], "labels": [], "length": []}
+    examples: list[tuple[list[int], list[int]]] = []
+    keys: list[tuple[str, int]] = []  # (query, round): the examples that share a prefix
     by_label: Counter = Counter()  # final-reply examples per student label
     too_long: Counter = Counter()
     over_budget: Counter = Counter()
@@ -259,9 +312,8 @@ def teacher_sft(config: str | Path | SFTConfig, out_dir: str | Path, *, gold: st
             if _generated_tokens(tokenizer, judge, replies[k], final) > (
                     teacher.generation.assess_max_new_tokens if final else teacher.generation.intent_max_new_tokens):
                 over_budget[kind] += 1
-            rows["input_ids"].append(ids)
-            rows["labels"].append(labels)
-            rows["length"].append(len(ids))
+            examples.append((ids, labels))
+            keys.append((t.qid, k))
             if final:
                 by_label[t.label] += 1
             else:
@@ -275,10 +327,13 @@ def teacher_sft(config: str | Path | SFTConfig, out_dir: str | Path, *, gold: st
     if not by_label:
         raise R3EdgeError(f"every trace is longer than max_length {tp.max_length} tokens",
                           "raise train.max_length, or lower the teacher config's max_doc_chars / n_aux")
-    n_tokens = sum(rows["length"])
-    n_target = sum(sum(1 for x in lab if x != IGNORE) for lab in rows["labels"])
-    log(f"sft: training on {len(rows['length'])} examples ({sum(by_label.values())} verdicts, {n_first} earlier-round replies; "
-        f"{n_tokens} tokens, {n_target} with loss), verdict labels {dict(sorted(by_label.items()))}; "
+    n_tokens = sum(len(ids) for ids, _ in examples)
+    n_target = sum(sum(1 for x in lab if x != IGNORE) for _, lab in examples)
+    chunks = shared_prefix_chunks(examples, keys, tp.batch_size)
+    n_computed = sum(c["length"] for c in chunks)
+    log(f"sft: training on {len(examples)} examples ({sum(by_label.values())} verdicts, {n_first} earlier-round replies; "
+        f"{n_tokens} tokens, {n_target} with loss; {n_computed} computed with shared prefixes, "
+        f"{len(chunks)} steps per epoch), verdict labels {dict(sorted(by_label.items()))}; "
         f"base {spec.pretrained or 'random init'}, judge {judge.name}, "
         f"{'LoRA r=' + str(cfg.lora.r) if cfg.lora else 'full fine-tuning'}")
 
@@ -290,9 +345,10 @@ def teacher_sft(config: str | Path | SFTConfig, out_dir: str | Path, *, gold: st
                                               target_modules=list(cfg.lora.target_modules), task_type="CAUSAL_LM"))
     bf16 = _use_bf16(tp.bf16)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    dataset = Dataset.from_dict(rows)
+    dataset = Dataset.from_list(chunks)
     with tempfile.TemporaryDirectory(prefix="r3edge-sft-") as scratch:
-        args = training_arguments(scratch, tp, bf16=bf16, epochs=epochs, max_steps=max_steps,
+        # a step is one chunk of up to train.batch_size examples sharing a prefix
+        args = training_arguments(scratch, tp.model_copy(update={"batch_size": 1}), bf16=bf16, epochs=epochs, max_steps=max_steps,
                                   lr_scheduler_type=tp.lr_scheduler)
         progress = ProgressCallback("sft")
         trainer = SFTTrainer(model=model, args=args, train_dataset=dataset, data_collator=SFTCollator(pad),
@@ -317,11 +373,12 @@ def teacher_sft(config: str | Path | SFTConfig, out_dir: str | Path, *, gold: st
         "selection": selection,
         "dropped_too_long": dict(too_long),
         "over_generation_budget": dict(over_budget),
-        "examples": len(rows["length"]),
+        "examples": len(examples),
         "trained": sum(by_label.values()),
         "trained_by_label": {str(k): v for k, v in sorted(by_label.items())},
         "earlier_round_examples": n_first,
         "tokens": n_tokens,
+        "tokens_computed": n_computed,
         "tokens_with_loss": n_target,
         "max_length": tp.max_length,
         "lora": cfg.lora.model_dump() if cfg.lora else None,

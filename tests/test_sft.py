@@ -234,25 +234,55 @@ def test_loss_mask_covers_exactly_the_reply_tokens(ref, tmp_path):
 
 @pytest.mark.slow
 def test_sft_loss_is_the_causal_lm_loss_on_the_masked_labels(tmp_path):
+    """A step shares its rows' prefix (run once, its cache repeated): loss and gradients are those of
+    the plain causal-LM loss over the same rows, each with its whole context."""
     import torch
     from transformers import TrainingArguments
 
-    from r3edge.distill.sft import SFTCollator, SFTTrainer, reply_examples, stop_token_ids
+    from r3edge.distill.sft import SFTCollator, SFTTrainer, reply_examples, shared_prefix_chunks, stop_token_ids
     from r3edge.model.loading import load_model, load_tokenizer
 
     cfg = load_teacher_config(TINY_TEACHER)
     judge = get_judge("r3a")
     tok = load_tokenizer(cfg.model.tokenizer_ref)
+    torch.manual_seed(0)
     lm = load_model(cfg.model)
+    for w in lm.parameters():  # std-0.02 weights attend near-uniformly and would hide a position error
+        w.data.normal_(0, 0.2)
     traces = gold_traces(cfg, judge, read_queries(_pairs(tmp_path, TOY))).traces
-    feats = [{"input_ids": i, "labels": lab} for t in traces[:2]
-             for i, lab in reply_examples(tok, t.messages, judge.reply_prefix, [True, True], stop_token_ids(tok, lm))]
-    batch = SFTCollator(tok.pad_token_id)(feats)
+    examples = [ex for t in traces for ex in reply_examples(tok, t.messages, judge.reply_prefix, [False, True],
+                                                            stop_token_ids(tok, lm))]
+    (chunk,) = shared_prefix_chunks(examples, ["q"] * len(examples), size=8)
+    assert len(chunk["input_ids"]) == 3 and len(chunk["prefix"]) > 20
+    assert all(chunk["prefix"] + s == ids for s, (ids, _) in zip(chunk["input_ids"], examples))
+    batch = SFTCollator(tok.pad_token_id)([chunk])
     trainer = SFTTrainer(model=lm, args=TrainingArguments(output_dir=str(tmp_path), use_cpu=True, report_to=[]))
-    with torch.no_grad():
-        ours = trainer.compute_loss(lm, batch)
-        reference = lm(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], labels=batch["labels"]).loss
+    ours = trainer.compute_loss(lm, batch)
+    ours.backward()
+    grads = [w.grad.clone() for w in lm.parameters()]
+    lm.zero_grad()
+    width = max(len(ids) for ids, _ in examples)
+    flat = {"input_ids": torch.tensor([ids + [tok.pad_token_id] * (width - len(ids)) for ids, _ in examples]),
+            "attention_mask": torch.tensor([[1] * len(ids) + [0] * (width - len(ids)) for ids, _ in examples]),
+            "labels": torch.tensor([lab + [-100] * (width - len(lab)) for _, lab in examples])}
+    reference = lm(**flat).loss
+    reference.backward()
     assert torch.allclose(ours, reference, atol=1e-5), (ours, reference)
+    for g, w in zip(grads, lm.parameters()):
+        assert torch.allclose(g, w.grad, atol=1e-5, rtol=1e-4)
+
+
+def test_shared_prefix_chunks_stop_before_the_first_label():
+    from r3edge.distill.sft import IGNORE, shared_prefix_chunks
+
+    a = ([1, 2, 3, 4, 5, 6], [IGNORE] * 4 + [5, 6])
+    b = ([1, 2, 3, 9, 7], [IGNORE] * 3 + [9, 7])   # labelled from its 4th token
+    c = ([1, 2, 3, 4, 8], [IGNORE] * 4 + [8])
+    chunks = shared_prefix_chunks([a, b, c], ["q", "q", "r"], size=4)
+    assert [ch["prefix"] for ch in chunks] == [[1, 2], [1, 2, 3]]
+    assert chunks[0]["input_ids"] == [[3, 4, 5, 6], [3, 9, 7]] and chunks[0]["labels"][1] == [IGNORE, 9, 7]
+    assert chunks[1]["input_ids"] == [[4, 8]] and chunks[0]["length"] == 2 + 4 + 3
+    assert len(shared_prefix_chunks([a, a, a], ["q"] * 3, size=2)) == 2
 
 
 @pytest.mark.slow
@@ -268,7 +298,7 @@ def test_cold_start_raises_a_tiny_teachers_format_ok(tmp_path):
                        .replace("intent_max_new_tokens: 8", "intent_max_new_tokens: 28")
                        .replace("assess_max_new_tokens: 8", "assess_max_new_tokens: 36"))
     sft = tmp_path / "sft.yaml"
-    sft.write_text(f"name: toy\nteacher: {teacher}\ntrain:\n  epochs: 30\n  learning_rate: 1.0e-2\n"
+    sft.write_text(f"name: toy\nteacher: {teacher}\ntrain:\n  epochs: 15\n  learning_rate: 1.0e-2\n"
                    "  lr_scheduler: constant_with_warmup\n  warmup_ratio: 0.0\n  batch_size: 4\n  bf16: false\n")
     quiet = open("/dev/null", "w")  # noqa: SIM115
     before = read_labels(label_pairs(pairs, teacher, tmp_path / "before", stream=quiet)).to_pylist()
@@ -276,7 +306,8 @@ def test_cold_start_raises_a_tiny_teachers_format_ok(tmp_path):
 
     out = teacher_sft(sft, tmp_path / "sft", gold=pairs, log=lambda *a: None)
     report = json.loads((out / REPORT_FILE).read_text())
-    assert report["trained"] == 3 and report["earlier_round_examples"] == 1 and report["steps"] == 30
+    assert report["trained"] == 3 and report["earlier_round_examples"] == 1
+    assert report["steps"] == 30  # a step per epoch for the intent, one for the 3 verdicts (they share a prefix)
     assert report["loss_last"] < report["loss_first"] / 10 and report["judge"] == "r3a"
     assert "not reasoning" in report["source"]["kind"] and report["over_generation_budget"] == {}
     assert not (tmp_path / "sft.partial").exists()
