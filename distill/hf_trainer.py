@@ -38,11 +38,11 @@ def training_arguments(output_dir: str, params, *, bf16: bool, epochs: float | N
                        max_steps: int | None = None, **extra) -> TrainingArguments:
     """The Trainer settings both stages use, from a ``TrainParams`` / ``SFTParams`` config block.
 
-    No checkpoints (the stage saves its own output atomically), progress from
+    No checkpoints unless ``extra`` asks for them (the stage saves its own output atomically), progress from
     :class:`ProgressCallback` instead of tqdm, seeded data order, and length-grouped batches: the
     kernels pay for padded tokens as much as for real ones.
     """
-    return TrainingArguments(
+    settings = dict(
         output_dir=output_dir,
         num_train_epochs=epochs if epochs is not None else params.epochs,
         max_steps=max_steps if max_steps is not None else -1,
@@ -64,5 +64,5 @@ def training_arguments(output_dir: str, params, *, bf16: bool, epochs: float | N
         dataloader_pin_memory=False,
         train_sampling_strategy="group_by_length",
         length_column_name="length",
-        **extra,
     )
+    return TrainingArguments(**{**settings, **extra})

@@ -22,7 +22,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from datasets import Dataset
-from transformers import Trainer
+from transformers import Trainer, TrainerCallback
 
 from r3edge.core.config import StudentConfig, load_yaml
 from r3edge.core.errors import R3EdgeError
@@ -48,25 +48,70 @@ class DistillCollator:
             "input_ids": torch.from_numpy(ids),
             "attention_mask": torch.from_numpy(mask),
             "teacher_probs": torch.tensor([f["teacher_probs"] for f in features], dtype=torch.float32),
+            "gold": torch.tensor([f.get("gold", -1) for f in features], dtype=torch.long),
         }
 
 
 class DistillTrainer(Trainer):
-    """A Trainer whose loss is KL(teacher ‖ student) over the label tokens, batch-mean."""
+    """A Trainer whose loss is :func:`distillation_loss` with the config's temperature and gold weight."""
+
+    temperature: float = 1.0
+    gold_weight: float = 0.0
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-        loss, logits = distillation_loss(model, inputs)
+        loss, logits = distillation_loss(model, inputs, temperature=self.temperature, gold_weight=self.gold_weight)
         return (loss, logits) if return_outputs else loss
 
 
-def distillation_loss(model: torch.nn.Module, inputs: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(KL(teacher ‖ softmax(label logits)) batch-mean, label logits)`` for a collated batch.
+class BestEpoch(TrainerCallback):
+    """Keeps the weights of the epoch with the lowest held-out loss (a copy in memory, no checkpoint
+    files) and stops training after ``patience`` epochs without improvement."""
 
-    ``model`` is a scoring module; the loss sees only its ``[batch, n_labels]`` output, so nothing
-    else of an LM head receives a gradient.
+    def __init__(self, model: torch.nn.Module, patience: int | None):
+        self.model, self.patience = model, patience
+        self.loss: float | None = None
+        self.epoch: float | None = None
+        self.state: dict | None = None
+        self.waited = 0
+
+    def on_evaluate(self, args, state, control, metrics=None, **kwargs):
+        loss = (metrics or {}).get("eval_loss")
+        if loss is None:
+            return
+        if self.loss is None or loss < self.loss:
+            self.loss, self.epoch, self.waited = float(loss), float(state.epoch or 0.0), 0
+            self.state = {k: v.detach().to("cpu", copy=True) for k, v in self.model.state_dict().items()}
+        else:
+            self.waited += 1
+            if self.patience is not None and self.waited >= self.patience:
+                control.should_training_stop = True
+
+    def restore(self) -> None:
+        if self.state is not None:
+            self.model.load_state_dict(self.state)
+
+
+def distillation_loss(model: torch.nn.Module, inputs: dict[str, torch.Tensor], *, temperature: float = 1.0,
+                      gold_weight: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(loss, label logits)`` for a collated batch: KL(teacher ‖ softmax(label logits)), batch-mean.
+
+    At temperature ``T`` both sides are tempered (teacher ``p^(1/T)`` renormalised, student
+    ``logits / T``) and the KL is scaled by ``T²`` so its gradients keep their size (Hinton et al.).
+    With ``gold_weight`` w > 0 the loss is ``(1 - w)·KL + w·CE(logits, gold)``, the CE averaged over
+    the rows that have a gold label (``gold`` ≥ 0). ``model`` is a scoring module; the loss sees only
+    its ``[batch, n_labels]`` output, so nothing else of an LM head receives a gradient.
     """
-    logits = model(inputs["input_ids"], inputs["attention_mask"])
-    loss = F.kl_div(F.log_softmax(logits.float(), dim=-1), inputs["teacher_probs"], reduction="batchmean")
+    logits = model(inputs["input_ids"], inputs["attention_mask"]).float()
+    target = inputs["teacher_probs"]
+    if temperature != 1.0:
+        target = target.clamp_min(1e-12) ** (1.0 / temperature)
+        target = target / target.sum(-1, keepdim=True)
+    loss = F.kl_div(F.log_softmax(logits / temperature, dim=-1), target, reduction="batchmean") * temperature**2
+    if gold_weight > 0:
+        gold = inputs["gold"]
+        has = gold >= 0
+        ce = F.cross_entropy(logits[has], gold[has]) if bool(has.any()) else logits.sum() * 0
+        loss = (1 - gold_weight) * loss + gold_weight * ce
     return loss, logits
 
 
@@ -90,8 +135,10 @@ def teacher_targets(table, n_labels: int, labels_dir: Path) -> np.ndarray:
     return out
 
 
-def build_dataset(scorer: Scorer, queries: list[str], documents: list[str], targets: np.ndarray) -> Dataset:
-    """Token ids from the scorer (the only formatter) plus the teacher targets, as a datasets.Dataset."""
+def build_dataset(scorer: Scorer, queries: list[str], documents: list[str], targets: np.ndarray,
+                  gold: list[int | None] | None = None) -> Dataset:
+    """Token ids from the scorer (the only formatter) plus the teacher targets (and gold labels, -1
+    where a pair has none), as a datasets.Dataset."""
     encoded = scorer.encode_batch(queries, documents)
     return Dataset.from_dict(
         {
@@ -100,8 +147,34 @@ def build_dataset(scorer: Scorer, queries: list[str], documents: list[str], targ
             "doc_tokens_dropped": [e.doc_tokens_dropped for e in encoded],
             "length": [len(e.input_ids) for e in encoded],
             "teacher_probs": targets.astype(np.float32).tolist(),
+            "gold": [-1 if g is None else int(g) for g in (gold or [None] * len(encoded))],
         }
     )
+
+
+def gold_targets(table, n_labels: int, labels_dir: Path) -> list[int | None]:
+    """The pairs' gold labels as student label indices (None where a pair has none); one outside the
+    student's label space is an error naming the record."""
+    gold = table.column("gold").to_pylist() if "gold" in table.column_names else [None] * table.num_rows
+    for i, g in enumerate(gold):
+        if g is not None and not 0 <= g < n_labels:
+            raise R3EdgeError(f"{labels_dir}: record qid={table.column('qid')[i]!r} has gold label {g}; "
+                              f"the student has labels 0..{n_labels - 1}",
+                              "set train.gold_weight: 0, or map the gold labels into the student's label space")
+    return gold
+
+
+def split_by_query(qids: list[str], fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Row indices ``(train, eval)`` with ``fraction`` of the queries (at least one) held out whole,
+    so that evaluation never sees a training query's other candidates; seeded."""
+    unique = sorted(set(qids))
+    if len(unique) < 2:
+        raise R3EdgeError(f"eval_fraction needs at least 2 queries, the labels have {len(unique)}",
+                          "label more queries or set train.eval_fraction: 0")
+    rng = np.random.default_rng(seed)
+    held = set(rng.permutation(unique)[: max(1, round(fraction * len(unique)))].tolist())
+    is_eval = np.array([q in held for q in qids])
+    return np.flatnonzero(~is_eval), np.flatnonzero(is_eval)
 
 
 def _bf16_supported() -> bool:
@@ -164,21 +237,39 @@ def train_student(
             "label more pairs, or train without --drop-unformatted",
         )
 
+    tp = config.train
     lm, scorer = create_student(config)
     targets = teacher_targets(table, scorer.spec.n_labels, labels_dir)
-    dataset = build_dataset(scorer, table.column("query").to_pylist(), table.column("text").to_pylist(), targets)
+    gold = gold_targets(table, scorer.spec.n_labels, labels_dir) if tp.gold_weight > 0 else None
+    if gold is not None and all(g is None for g in gold):
+        raise R3EdgeError(f"train.gold_weight is {tp.gold_weight} but no record of {labels_dir} has a gold label",
+                          "label a pairs file with gold labels, or set train.gold_weight: 0")
+    dataset = build_dataset(scorer, table.column("query").to_pylist(), table.column("text").to_pylist(), targets, gold)
+    eval_set = None
+    if tp.eval_fraction > 0:
+        train_idx, eval_idx = split_by_query(table.column("qid").to_pylist(), tp.eval_fraction, tp.seed)
+        dataset, eval_set = dataset.select(train_idx), dataset.select(eval_idx)
 
-    tp = config.train
     bf16 = tp.bf16 and _bf16_supported()
     model = scoring_module(lm, scorer)
     with tempfile.TemporaryDirectory(prefix="r3edge-train-") as scratch:
-        args = training_arguments(scratch, tp, bf16=bf16, max_steps=max_steps)
-        trainer = DistillTrainer(model=model, args=args, train_dataset=dataset, data_collator=DistillCollator(scorer),
-                                 callbacks=[ProgressCallback("train")])
+        extra = {}
+        callbacks = [ProgressCallback("train")]
+        best = BestEpoch(model, tp.early_stopping_patience)
+        if eval_set is not None:
+            # the loss on held-out queries after every epoch (label_names: the loss needs the teacher's probs)
+            extra = dict(eval_strategy="epoch", label_names=["teacher_probs"])
+            callbacks.append(best)
+        args = training_arguments(scratch, tp, bf16=bf16, max_steps=max_steps, **extra)
+        trainer = DistillTrainer(model=model, args=args, train_dataset=dataset, eval_dataset=eval_set,
+                                 data_collator=DistillCollator(scorer), callbacks=callbacks)
+        trainer.temperature, trainer.gold_weight = tp.temperature, tp.gold_weight
         t0 = time.perf_counter()
         result = trainer.train()
         wall = time.perf_counter() - t0
         losses = [(h["step"], h["loss"]) for h in trainer.state.log_history if "loss" in h]
+        evals = [(h["epoch"], h["eval_loss"]) for h in trainer.state.log_history if "eval_loss" in h]
+    best.restore()
     lm.eval()
 
     report = {
@@ -187,7 +278,10 @@ def train_student(
         "labels_dir": str(labels_dir),
         "labels": _provenance(manifest, table),
         "n_examples": {"total": n_total, "format_ok": n_ok, "no_teacher_distribution": n_no_label,
-                       "trained_on": table.num_rows},
+                       "trained_on": len(dataset), "eval_split": len(eval_set) if eval_set is not None else 0},
+        "eval_loss_per_epoch": evals,
+        "best_eval_loss": best.loss,
+        "best_epoch": best.epoch,
         "drop_unformatted": drop_unformatted,
         "docs_truncated": int(sum(1 for d in dataset["doc_tokens_dropped"] if d > 0)),
         "epochs": float(trainer.state.epoch or 0.0),
@@ -213,7 +307,7 @@ def train_student(
         report["eval"] = evaluate(eval_labels_dir, lm_score_fn(lm, scorer), scorer=scorer)
         (out / REPORT_FILE).write_text(_report_json(report))
     print(
-        f"trained {table.num_rows} pairs, {report['steps']} steps in {wall:.1f} s "
+        f"trained {len(dataset)} pairs, {report['steps']} steps in {wall:.1f} s "
         f"({report['seconds_per_step']} s/step); loss {_fmt(report['loss_first'])} -> {_fmt(report['loss_last'])}; "
         f"saved {out}"
     )

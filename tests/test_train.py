@@ -172,3 +172,58 @@ def test_eval_gives_the_same_metrics_on_the_student_and_its_onnx_artifact(labels
         for key, value in torch_m[block].items():
             if isinstance(value, float):
                 assert onnx_m[block][key] == pytest.approx(value, abs=1e-4), (block, key)
+
+
+def test_temperature_and_gold_weight_shape_the_loss():
+    """T tempers both sides and scales by T²; gold_weight mixes in cross-entropy on rows with a gold label."""
+    import torch
+    import torch.nn.functional as F
+
+    from r3edge.distill.train import distillation_loss
+
+    logits = torch.tensor([[2.0, 0.5, -1.0], [0.0, 1.0, 3.0], [1.0, 1.0, 1.0]])
+    teacher = torch.tensor([[0.7, 0.2, 0.1], [0.1, 0.3, 0.6], [0.2, 0.2, 0.6]])
+    batch = {"input_ids": torch.zeros(3, 1), "attention_mask": torch.ones(3, 1), "teacher_probs": teacher,
+             "gold": torch.tensor([0, 2, -1])}
+
+    def model(ids, mask):
+        return logits
+
+    plain, _ = distillation_loss(model, batch)
+    assert torch.isclose(plain, F.kl_div(F.log_softmax(logits, -1), teacher, reduction="batchmean"))
+    t = 2.0
+    tempered, _ = distillation_loss(model, batch, temperature=t)
+    soft = teacher ** (1 / t) / (teacher ** (1 / t)).sum(-1, keepdim=True)
+    assert torch.isclose(tempered, F.kl_div(F.log_softmax(logits / t, -1), soft, reduction="batchmean") * t * t)
+    only_gold, _ = distillation_loss(model, batch, gold_weight=1.0)
+    assert torch.isclose(only_gold, F.cross_entropy(logits[:2], torch.tensor([0, 2]))), "the row without gold is left out"
+    half, _ = distillation_loss(model, batch, gold_weight=0.5)
+    assert torch.isclose(half, 0.5 * plain + 0.5 * only_gold)
+
+
+def test_eval_split_keeps_the_best_epoch_and_stops_early(labels_dir, tmp_path):
+    from r3edge.distill.train import REPORT_FILE, split_by_query, train_student
+
+    tr, ev = split_by_query(["a", "a", "b", "c", "c"], 0.34, seed=0)
+    assert sorted([*tr, *ev]) == [0, 1, 2, 3, 4] and len({("a", "a", "b", "c", "c")[i] for i in ev}) == 1
+    cfg = tmp_path / "student.yaml"
+    text = TINY_STUDENT.read_text()
+    cfg.write_text(text[: text.index("train:")] + "train:\n  epochs: 30\n  learning_rate: 0.05\n  batch_size: 4\n"
+                   "  eval_fraction: 0.5\n  early_stopping_patience: 2\n  gold_weight: 0.5\n  temperature: 2.0\n")
+    out = train_student(labels_dir, cfg, tmp_path / "s")
+    report = json.loads((out / REPORT_FILE).read_text())
+    evals = report["eval_loss_per_epoch"]
+    assert report["n_examples"]["eval_split"] in (3, 4) and report["n_examples"]["trained_on"] + \
+        report["n_examples"]["eval_split"] == 7
+    assert len(evals) < 30, "early stopping ends training once the held-out loss stops improving"
+    assert report["best_eval_loss"] == min(loss for _, loss in evals)
+
+
+def test_early_stopping_without_an_eval_split_is_refused(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    text = TINY_STUDENT.read_text()
+    bad.write_text(text[: text.index("train:")] + "train:\n  early_stopping_patience: 2\n")
+    from r3edge.distill.train import train_student
+
+    with pytest.raises(R3EdgeError, match="eval_fraction"):
+        train_student(tmp_path / "missing", bad, tmp_path / "s")

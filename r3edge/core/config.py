@@ -65,6 +65,8 @@ class ScorerBudget(Strict):
 
 
 class TrainParams(Strict):
+    """How a student is distilled (:mod:`r3edge.distill.train`)."""
+
     epochs: float = 2.0
     learning_rate: float = 5e-5
     batch_size: int = 8
@@ -74,6 +76,21 @@ class TrainParams(Strict):
     bf16: bool = False
     seed: int = 0
     logging_steps: int = 5
+    # KL at temperature T (teacher probs sharpened or softened as p^(1/T), student logits / T, times T²)
+    temperature: float = Field(1.0, gt=0)
+    # weight of cross-entropy on the pairs' gold labels, mixed into the KL (0: the teacher alone)
+    gold_weight: float = Field(0.0, ge=0.0, le=1.0)
+    # share of the training queries held out to evaluate the loss after every epoch (0: none); with
+    # it the best epoch's weights are kept, and training stops after `early_stopping_patience`
+    # epochs without improvement
+    eval_fraction: float = Field(0.0, ge=0.0, lt=1.0)
+    early_stopping_patience: PositiveInt | None = None
+
+    @model_validator(mode="after")
+    def _patience_needs_eval(self):
+        if self.early_stopping_patience is not None and self.eval_fraction == 0:
+            raise ValueError("early_stopping_patience needs an evaluation split: set eval_fraction (e.g. 0.2)")
+        return self
 
 
 class StudentConfig(Strict):
