@@ -119,14 +119,16 @@ def plot(results: dict, path: Path) -> Path | None:
             points.append((r, x / 1e3))
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.5))
     for ax, (key, title) in zip(axes, metrics):
-        for r, x in points:
+        for k, (r, x) in enumerate(points):
             y = r.get("accuracy", {}).get(block, {}).get(key)
             if y is None:
                 continue
             teacher = r.get("kind") == "teacher"
             label = f"{r['system']} {r.get('variant') or ''}".strip() + (" (est.)" if teacher else "")
             ax.scatter([x], [y], marker="s" if teacher else "o", s=50)
-            ax.annotate(label, (x, y), textcoords="offset points", xytext=(0, 8), ha="center", fontsize=8)
+            # variants of one student sit close together: alternate their labels above and below
+            ax.annotate(label, (x, y), textcoords="offset points", xytext=(0, 8 if k % 2 == 0 else -14),
+                        ha="center", fontsize=8)
         ax.set_xscale("log")
         if points:
             xs = [x for _, x in points]
