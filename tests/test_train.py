@@ -62,7 +62,8 @@ def test_training_lowers_the_loss_and_writes_a_report(trained):
     report = json.loads((trained / "train_report.json").read_text())
     assert report["steps"] == TRAIN_STEPS
     assert report["loss_last"] < 0.5 * report["loss_first"]
-    assert report["n_examples"] == {"total": 7, "format_ok": 6, "no_teacher_distribution": 0, "trained_on": 7}
+    assert report["n_examples"] == {"total": 7, "format_ok": 6, "no_teacher_distribution": 0, "trained_on": 7,
+                                    "eval_split": 0}
     assert report["labels"] == {"judge": "r3a", "teacher_model": "unit-teacher", "prompt_hash": "feedbeef", "n_pairs": 7}
     assert report["config"]["name"] == "qwen2-tiny"
     assert report["wall_time_s"] > 0
@@ -123,7 +124,8 @@ def test_drop_unformatted_trains_on_format_ok_only(labels_dir, tmp_path):
 
     out = train_student(labels_dir, TINY_STUDENT, tmp_path / "s", max_steps=1, drop_unformatted=True)
     report = json.loads((out / "train_report.json").read_text())
-    assert report["n_examples"] == {"total": 7, "format_ok": 6, "no_teacher_distribution": 0, "trained_on": 6}
+    assert report["n_examples"] == {"total": 7, "format_ok": 6, "no_teacher_distribution": 0, "trained_on": 6,
+                                    "eval_split": 0}
     assert not (tmp_path / "s.partial").exists()
 
 
