@@ -16,6 +16,7 @@ import numpy as np
 
 from r3edge.core.artifact import INPUT_NAMES, MANIFEST_FILE, OUTPUT_NAME, Runtime, check_inputs, read_manifest
 from r3edge.core.errors import R3EdgeError, require
+from r3edge.core.onnx_prefix import OnnxPrefixRunner, prefix_files
 from r3edge.core.scoring import Scorer
 
 DEVICES = ("auto", "cpu", "cuda", "tensorrt")
@@ -66,6 +67,7 @@ class OnnxRuntime(Runtime):
         variant: str | None = None,
         threads: int | None = None,
         device: str = "auto",
+        prefix_reuse: bool = True,
     ):
         ort = require("onnxruntime", "serve")
         self.artifact_dir = Path(artifact_dir)
@@ -99,12 +101,21 @@ class OnnxRuntime(Runtime):
             opts.intra_op_num_threads = int(threads)
         self.threads = threads
         providers = _providers(device, self.variant, self.artifact_dir)
-        try:
-            self.session = ort.InferenceSession(str(self.model_path), sess_options=opts, providers=providers)
-        except Exception as exc:  # onnxruntime raises its own exception types
-            raise R3EdgeError(f"onnxruntime could not load {self.model_path}: {exc}", "re-run `r3edge export`") from exc
+
+        def make_session(path: Path):
+            try:
+                return ort.InferenceSession(str(path), sess_options=opts, providers=providers)
+            except Exception as exc:  # onnxruntime raises its own exception types
+                raise R3EdgeError(f"onnxruntime could not load {path}: {exc}", "re-run `r3edge export`") from exc
+
+        self.session = make_session(self.model_path)
         self.providers = self.session.get_providers()
         self._check_contract()
+        # A causal student's prefix-reuse graphs, when the artifact has them for this variant:
+        # score_pairs(..., prefix=runtime.prefix) runs the shared prefix once per request.
+        entry = prefix_files(self.manifest, self.variant) if prefix_reuse else None
+        self.prefix = None if entry is None else OnnxPrefixRunner(self.artifact_dir, entry, make_session,
+                                                                  self.scorer.spec.n_labels)
         dev = "cpu" if self.providers[0] == "CPUExecutionProvider" else self.providers[0].replace("ExecutionProvider", "").lower()
         self.name = f"onnxruntime-{dev}:{self.variant}"
 
@@ -146,7 +157,9 @@ class OnnxRuntime(Runtime):
             "variants": list(self.manifest["variants"]),
             "providers": list(self.providers),
             "threads": self.threads or os.cpu_count(),
-            "files": {"model": self.model_path.name, "scorer": "scorer.json", "tokenizer": "tokenizer.json"},
+            "files": {"model": self.model_path.name, "scorer": "scorer.json", "tokenizer": "tokenizer.json",
+                      **({} if self.prefix is None else self.prefix.files)},
+            "prefix_reuse": self.prefix is not None,
             "artifact_dir": str(self.artifact_dir),
             "scorer_fingerprint": self.scorer.spec.fingerprint(),
             "n_labels": self.scorer.spec.n_labels,
@@ -157,3 +170,5 @@ class OnnxRuntime(Runtime):
 
     def close(self) -> None:
         self.session = None
+        if self.prefix is not None:
+            self.prefix.close()
