@@ -123,6 +123,27 @@ def test_onnx_prefix_graphs_equal_the_single_graph(runtime, student):
     np.testing.assert_allclose(got, lm_score_fn(lm, scorer)(qs, ds), atol=1e-4, rtol=0)
 
 
+def test_prefix_parity_check_fails_a_wrong_cache(runtime):
+    """The export's check catches a candidate graph fed a cache that is not its prefix's."""
+    from r3edge.core.scoring import score_pairs
+    from r3edge.export.parity import ParityError
+    from r3edge.export.prefix import check_prefix_graphs
+
+    class ShortPrefix:  # drops the template's mid piece from the cache
+        def prefix(self, ids):
+            return runtime.prefix.prefix(ids[:, :-3])
+
+        def candidates(self, cache, ids, mask):
+            return runtime.prefix.candidates(cache, ids, mask)
+
+    qs, ds = _pairs()
+    ref = score_pairs(runtime.scorer, runtime, qs, ds)
+    assert check_prefix_graphs(runtime.scorer, runtime.prefix, ref, qs, ds)["max_abs_logit_diff"] <= 1e-4
+    with pytest.raises(ParityError) as exc:
+        check_prefix_graphs(runtime.scorer, ShortPrefix(), ref, qs, ds)
+    assert exc.value.kind == "atol" and exc.value.variant == "prefix"
+
+
 @pytest.mark.parametrize("side", ["left", "right"])
 def test_candidate_graph_is_batch_invariant(runtime, side):
     """A candidate scored alone equals it scored among candidates of other lengths, padded on either side."""
@@ -146,7 +167,14 @@ def test_runtime_without_prefix_reuse_and_bad_manifest(artifact, tmp_path):
 
     from r3edge.core.onnx_runtime import OnnxRuntime
 
-    assert OnnxRuntime(artifact, threads=1, prefix_reuse=False).prefix is None
+    single = OnnxRuntime(artifact, threads=1, prefix_reuse=False)
+    assert single.prefix is None and single.session is not None
+    # with prefix reuse the single graph is checked at start-up, then reopened only when asked for
+    rt = OnnxRuntime(artifact, threads=1)
+    assert rt.prefix is not None and rt.session is None
+    ids, mask = rt.scorer.collate(rt.scorer.encode_batch(["q"], ["d"]))
+    np.testing.assert_array_equal(rt.label_logits(ids, mask), single.label_logits(ids, mask))
+    assert rt.session is not None
     bad = tmp_path / "bad"
     shutil.copytree(artifact, bad)
     (bad / "candidate.fp32.onnx").unlink()

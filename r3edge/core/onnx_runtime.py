@@ -9,6 +9,7 @@ options are written from ONNX Runtime's documented names and are untested on thi
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -116,6 +117,11 @@ class OnnxRuntime(Runtime):
         entry = prefix_files(self.manifest, self.variant) if prefix_reuse else None
         self.prefix = None if entry is None else OnnxPrefixRunner(self.artifact_dir, entry, make_session,
                                                                   self.scorer.spec.n_labels)
+        self._make_session, self._lock = make_session, threading.Lock()
+        if self.prefix is not None:
+            # Scoring goes through the prefix graphs; the single graph (checked above) is reopened only
+            # if label_logits is called, so a server holds two copies of the weights, not three.
+            self.session = None
         dev = "cpu" if self.providers[0] == "CPUExecutionProvider" else self.providers[0].replace("ExecutionProvider", "").lower()
         self.name = f"onnxruntime-{dev}:{self.variant}"
 
@@ -146,7 +152,13 @@ class OnnxRuntime(Runtime):
 
     def label_logits(self, input_ids: np.ndarray, attention_mask: np.ndarray) -> np.ndarray:
         ids, mask = check_inputs(input_ids, attention_mask)
-        (out,) = self.session.run([OUTPUT_NAME], {"input_ids": ids, "attention_mask": mask})
+        session = self.session
+        if session is None:
+            with self._lock:
+                if self.session is None:
+                    self.session = self._make_session(self.model_path)
+                session = self.session
+        (out,) = session.run([OUTPUT_NAME], {"input_ids": ids, "attention_mask": mask})
         return np.asarray(out, dtype=np.float32)
 
     def info(self) -> dict[str, Any]:
