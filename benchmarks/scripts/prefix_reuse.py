@@ -162,12 +162,15 @@ def measure(rt, scorer, reqs, repeats: int, batch_tokens: int, batch_size: int) 
 def child_rss_mib() -> float:
     """RSS of this process's (only) child: the `r3edge serve` process."""
     pid = os.getpid()
-    with open(f"/proc/{pid}/task/{pid}/children", encoding="utf-8") as fh:
-        (child,) = fh.read().split()
-    with open(f"/proc/{child}/status", encoding="utf-8") as fh:
-        for line in fh:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children", encoding="utf-8") as fh:
+            child = fh.read().split()[-1]
+        with open(f"/proc/{child}/status", encoding="utf-8") as fh:
+            for line in fh:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024
+    except (OSError, IndexError):
+        pass
     return float("nan")
 
 
@@ -196,7 +199,8 @@ def served(artifact: Path, reqs, threads: int, repeats: int) -> dict:
             assert json.loads(client.model_info().runtime_info_json)["prefix_reuse"] is reuse
             rss[reuse] = child_rss_mib()
     same = sum(1 for a, b in zip(tops[False], tops[True], strict=True) if [i for i, _ in a] == [i for i, _ in b])
-    diff = max(abs(dict(a)[i] - s) for a, b in zip(tops[False], tops[True], strict=True) for i, s in b if i in dict(a))
+    diff = max((abs(dict(a)[i] - s) for a, b in zip(tops[False], tops[True], strict=True) for i, s in b if i in dict(a)),
+               default=float("nan"))
     return {
         "repeats": repeats,
         "single_ms_p50": statistics.median(times[False]), "prefix_ms_p50": statistics.median(times[True]),
