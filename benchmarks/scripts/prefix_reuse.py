@@ -276,6 +276,7 @@ def report_md(res: dict) -> str:
         + ", ".join(f"{k} {v}" for k, v in m["versions"].items() if v) + f"; {m['timestamp']}.",
         "",
         f"Contention: {res['contention']}",
+        *[f"\nNote: {note}" for note in res.get("notes", [])],
     ]
     return "\n".join(lines) + "\n"
 
@@ -342,7 +343,8 @@ def write(args, out: Path, rt, reqs, rows, grpc_res, report, partial: bool) -> d
         "export_timings_s": report["timings_s"],
         "contention": (f"1-minute load average {min(loads):.1f} to {max(loads):.1f} on {os.cpu_count()} cores during the "
                        "measurements" + ("; other heavy jobs shared the CPU, so absolute times are inflated and noisy "
-                                         "(the interleaving keeps the ratio fair)" if busy else "; the machine was quiet")),
+                                         "(the two paths are interleaved, so both see the same load on average: compare ratios, "
+                                         "not times)" if busy else "; the machine was quiet")),
         "machine": machine_info(),
         "command": (f"nice -n 19 .venv/bin/python benchmarks/scripts/prefix_reuse.py --out {args.out} "
                     f"--requests {args.requests} --repeats {args.repeats} --extra-head-tokens {args.extra_head_tokens}"),
