@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from r3edge import __version__
-from r3edge.core.artifact import INPUT_NAMES, OUTPUT_NAME, write_manifest
+from r3edge.core.artifact import INPUT_NAMES, OUTPUT_NAME, PREFIX_GRAPHS, write_manifest
 from r3edge.core.errors import R3EdgeError, require
 from r3edge.core.fileio import partial_dir, publish_dir
 from r3edge.core.scoring import SCORER_FILE, Scorer, plan_batches
@@ -114,9 +114,14 @@ def export_artifact(
     atol: float = 1e-3,
     default: str | None = None,
     threads: int | None = None,
+    prefix_reuse: bool = False,
     log=print,
 ) -> Path:
-    """Export, quantize and validate; returns the finished artifact directory."""
+    """Export, quantize and validate; returns the finished artifact directory.
+
+    ``prefix_reuse`` (causal students) adds the prefix and candidate graphs of
+    :mod:`r3edge.export.prefix` for fp32, so the server computes a request's shared prefix once.
+    """
     torch = require("torch", "export")
     require("onnxscript", "export")
     from r3edge.model.student import lm_score_fn, load_student, scoring_module, vocab_size
@@ -141,6 +146,9 @@ def export_artifact(
 
     t0 = time.perf_counter()
     lm, scorer = load_student(student_dir)
+    if prefix_reuse and scorer.spec.head != "label_rows":
+        raise R3EdgeError(f"--prefix-reuse needs a causal student; {student_dir} is scored by head {scorer.spec.head!r}",
+                          "export an encoder student without --prefix-reuse (its prefix attends to the document)")
     if hasattr(lm, "set_attn_implementation"):
         lm.set_attn_implementation("sdpa")  # exports cleanly with dynamo and matches eager
     model = scoring_module(lm, scorer).eval()
@@ -207,6 +215,8 @@ def export_artifact(
             f"argmax {rep['argmax_agreement']:.3f}, batch-invariance {rep['batch_invariance_max_abs_score_diff']:.2e}"
             + (" [degraded]" if rep["degraded"] and name != "fp32" else ""))
 
+    prefix_graphs = _export_prefix_reuse(lm, scorer, tmp, queries, docs, ref, fp32_path, opset, threads, tol, report,
+                                         stage, log) if prefix_reuse else {}
     names = [n for n in names if n in report["variants"]]
     if default not in names:
         log(f"[export] WARNING: default variant {default} was rejected; default is fp32")
@@ -220,6 +230,7 @@ def export_artifact(
         "inputs": list(INPUT_NAMES),
         "output": OUTPUT_NAME,
         "quantization": {n: quant[n]["preset"] for n in quant if n in names},
+        **({PREFIX_GRAPHS: prefix_graphs} if prefix_graphs else {}),
         "student": student_dir.resolve().name,  # a name for people; artifacts hold no local paths
         "r3edge_version": __version__,
         "torch_version": torch.__version__,
@@ -232,3 +243,32 @@ def export_artifact(
     publish_dir(tmp, out)
     log(f"[export] artifact {out} ({', '.join(names)}; default {default}) in {timings['total']} s")
     return out
+
+
+def _export_prefix_reuse(lm, scorer, tmp, queries, docs, ref, fp32_path, opset, threads, tol, report, stage, log) -> dict:
+    """The fp32 prefix-reuse graphs, validated against torch; left out (and reported) when they fail."""
+    from r3edge.export.prefix import check_prefix_graphs, export_prefix_graphs, ort_prefix_runner
+
+    t0 = time.perf_counter()
+    entry = export_prefix_graphs(lm, scorer, tmp, queries, docs, opset=opset)
+    stage("onnx_export_prefix", t0)
+    t0 = time.perf_counter()
+    runner = ort_prefix_runner(tmp, entry, scorer.spec.n_labels, threads)
+    try:
+        rep = check_prefix_graphs(scorer, runner, ref, queries, docs, single=_ort_runner(fp32_path, threads), tol=tol)
+    except ParityError as exc:
+        runner.close()
+        for name in (entry["prefix"], entry["candidate"]):
+            for p in tmp.glob(name + "*"):
+                p.unlink()
+        report["rejected"]["prefix_reuse"] = {"kind": exc.kind, "what": exc.what}
+        log(f"[export] WARNING: prefix-reuse graphs rejected and left out of the artifact: {exc.what}")
+        return {}
+    rep["files"] = [entry["prefix"], entry["candidate"]]
+    rep["bytes"] = sum(p.stat().st_size for n in rep["files"] for p in tmp.glob(n + "*"))
+    report["prefix_reuse"] = {"fp32": rep}
+    stage("parity_prefix", t0)
+    log(f"[export] prefix reuse (fp32): max|Δlogit| {rep['max_abs_logit_diff']:.2e} vs torch, "
+        f"{rep['max_abs_logit_diff_vs_single_graph']:.2e} vs the single graph, "
+        f"batch-invariance {rep['batch_invariance_max_abs_score_diff']:.2e}")
+    return {"fp32": entry}

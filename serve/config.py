@@ -29,6 +29,8 @@ class ServeConfig(BaseModel):
     port: int = Field(50051, ge=0, le=65535, description="port to bind; 0 picks a free one")
     variant: str | None = Field(None, description="model variant in the artifact (fp32, int8, ...); default: the manifest's")
     threads: int | None = Field(None, ge=1, description="intra-op threads of the runtime")
+    prefix_reuse: bool = Field(True, description="score a causal student's shared prefix (template head + query) once "
+                               "per request when the artifact has prefix-reuse graphs (`r3edge export --prefix-reuse`)")
     max_batch_tokens: int = Field(8192, ge=1, description="padded-token budget of one micro-batch")
     max_batch_size: int = Field(64, ge=1, description="pairs in one micro-batch at most")
     max_candidates: int = Field(1000, ge=1, description="candidates in one request at most")

@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 
 import grpc
 import numpy as np
@@ -80,7 +81,7 @@ class Scored:
 
 def load_runtime_for(cfg: ServeConfig) -> OnnxRuntime:
     """The artifact's ONNX Runtime session named by the config (the server never runs torch)."""
-    return OnnxRuntime(cfg.artifact, variant=cfg.variant, threads=cfg.threads)
+    return OnnxRuntime(cfg.artifact, variant=cfg.variant, threads=cfg.threads, prefix_reuse=cfg.prefix_reuse)
 
 
 class RerankerService(pb2_grpc.RerankerServicer):
@@ -132,22 +133,28 @@ class RerankerService(pb2_grpc.RerankerServicer):
         runtime = self.runtime
         infer = 0.0
 
-        def run_batch(ids, mask):
-            nonlocal infer
-            if cancel.is_set():
-                raise Cancelled("request cancelled")
-            if deadline is not None and time.monotonic() > deadline:
-                raise DeadlineExceeded("deadline exceeded while scoring", "send a longer deadline or fewer candidates")
-            t = time.perf_counter()
-            out = runtime.label_logits(ids, mask)
-            infer += time.perf_counter() - t
-            return out
+        def guarded(fn):
+            def run(*args):
+                nonlocal infer
+                if cancel.is_set():
+                    raise Cancelled("request cancelled")
+                if deadline is not None and time.monotonic() > deadline:
+                    raise DeadlineExceeded("deadline exceeded while scoring", "send a longer deadline or fewer candidates")
+                t = time.perf_counter()
+                out = fn(*args)
+                infer += time.perf_counter() - t
+                return out
+            return run
 
+        # The artifact's prefix-reuse graphs, when it has them: the template head + query run once.
+        runner = getattr(runtime, "prefix", None) if self.cfg.prefix_reuse else None
+        prefix = None if runner is None else SimpleNamespace(prefix=guarded(runner.prefix),
+                                                             candidates=guarded(runner.candidates))
         stats: dict = {}
         t0 = time.perf_counter()
-        logits = score_pairs(runtime.scorer, run_batch, [query] * len(docs), docs,
+        logits = score_pairs(runtime.scorer, guarded(runtime.label_logits), [query] * len(docs), docs,
                              max_batch_tokens=self.cfg.max_batch_tokens, max_batch_size=self.cfg.max_batch_size,
-                             stats=stats)
+                             stats=stats, prefix=prefix)
         probs, scores = runtime.scorer.relevance(logits)
         total = time.perf_counter() - t0
         return Scored(probs, scores, int(stats.get("truncated_docs", 0)), 0.0,

@@ -29,6 +29,10 @@ def configure(parser):
                         help="max |Δ label logit| allowed between ONNX fp32 and PyTorch")
     parser.add_argument("--opset", type=int, default=None, help="ONNX opset (default: the exporter's)")
     parser.add_argument("--threads", type=int, default=None, help="ONNX Runtime threads for parity checks")
+    parser.add_argument("--prefix-reuse", action="store_true",
+                        help="causal students: also export a prefix graph (template head + query -> key/value cache) "
+                             "and a candidate graph (cache + document + tail -> label_logits), so the server computes "
+                             "a request's shared prefix once instead of once per candidate (fp32)")
 
 
 def run(args) -> int:
@@ -41,5 +45,6 @@ def run(args) -> int:
     export_artifact(
         args.student_dir, args.out, variants=args.variants, calib_pairs=args.calib, max_calib=args.max_calib,
         opset=args.opset, atol=args.atol, default=args.default_variant, threads=args.threads,
+        prefix_reuse=args.prefix_reuse,
     )
     return 0

@@ -27,6 +27,18 @@ MANIFEST_FILE = "manifest.json"
 ARTIFACT_FORMAT = "r3edge-artifact/1"
 INPUT_NAMES = ("input_ids", "attention_mask")
 OUTPUT_NAME = "label_logits"
+#: Manifest key of a causal student's prefix-reuse graphs: ``{variant: {"prefix": file, "candidate":
+#: file, "layers": L}}``. The prefix graph maps ``input_ids [1, P]`` to ``present_key_i`` /
+#: ``present_value_i`` ``[1, kv_heads, P, head_dim]``; the candidate graph maps ``input_ids``,
+#: ``attention_mask`` ``[B, S]`` (document + tail only) and ``past_key_i`` / ``past_value_i`` (the
+#: prefix graph's outputs) to ``label_logits [B, n_labels]``. Optional: artifacts without it are
+#: scored through the single graph.
+PREFIX_GRAPHS = "prefix_graphs"
+
+
+def cache_names(kind: str, layers: int) -> list[str]:
+    """``[kind_key_0, kind_value_0, kind_key_1, ...]`` for ``kind`` ``past`` or ``present``."""
+    return [f"{kind}_{kv}_{i}" for i in range(layers) for kv in ("key", "value")]
 
 
 class Runtime(ABC):

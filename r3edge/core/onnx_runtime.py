@@ -9,6 +9,7 @@ options are written from ONNX Runtime's documented names and are untested on thi
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ import numpy as np
 
 from r3edge.core.artifact import INPUT_NAMES, MANIFEST_FILE, OUTPUT_NAME, Runtime, check_inputs, read_manifest
 from r3edge.core.errors import R3EdgeError, require
+from r3edge.core.onnx_prefix import OnnxPrefixRunner, prefix_files
 from r3edge.core.scoring import Scorer
 
 DEVICES = ("auto", "cpu", "cuda", "tensorrt")
@@ -66,6 +68,7 @@ class OnnxRuntime(Runtime):
         variant: str | None = None,
         threads: int | None = None,
         device: str = "auto",
+        prefix_reuse: bool = True,
     ):
         ort = require("onnxruntime", "serve")
         self.artifact_dir = Path(artifact_dir)
@@ -99,12 +102,26 @@ class OnnxRuntime(Runtime):
             opts.intra_op_num_threads = int(threads)
         self.threads = threads
         providers = _providers(device, self.variant, self.artifact_dir)
-        try:
-            self.session = ort.InferenceSession(str(self.model_path), sess_options=opts, providers=providers)
-        except Exception as exc:  # onnxruntime raises its own exception types
-            raise R3EdgeError(f"onnxruntime could not load {self.model_path}: {exc}", "re-run `r3edge export`") from exc
+
+        def make_session(path: Path):
+            try:
+                return ort.InferenceSession(str(path), sess_options=opts, providers=providers)
+            except Exception as exc:  # onnxruntime raises its own exception types
+                raise R3EdgeError(f"onnxruntime could not load {path}: {exc}", "re-run `r3edge export`") from exc
+
+        self.session = make_session(self.model_path)
         self.providers = self.session.get_providers()
         self._check_contract()
+        # A causal student's prefix-reuse graphs, when the artifact has them for this variant:
+        # score_pairs(..., prefix=runtime.prefix) runs the shared prefix once per request.
+        entry = prefix_files(self.manifest, self.variant) if prefix_reuse else None
+        self.prefix = None if entry is None else OnnxPrefixRunner(self.artifact_dir, entry, make_session,
+                                                                  self.scorer.spec.n_labels)
+        self._make_session, self._lock = make_session, threading.Lock()
+        if self.prefix is not None:
+            # Scoring goes through the prefix graphs; the single graph (checked above) is reopened only
+            # if label_logits is called, so a server holds two copies of the weights, not three.
+            self.session = None
         dev = "cpu" if self.providers[0] == "CPUExecutionProvider" else self.providers[0].replace("ExecutionProvider", "").lower()
         self.name = f"onnxruntime-{dev}:{self.variant}"
 
@@ -135,7 +152,13 @@ class OnnxRuntime(Runtime):
 
     def label_logits(self, input_ids: np.ndarray, attention_mask: np.ndarray) -> np.ndarray:
         ids, mask = check_inputs(input_ids, attention_mask)
-        (out,) = self.session.run([OUTPUT_NAME], {"input_ids": ids, "attention_mask": mask})
+        session = self.session
+        if session is None:
+            with self._lock:
+                if self.session is None:
+                    self.session = self._make_session(self.model_path)
+                session = self.session
+        (out,) = session.run([OUTPUT_NAME], {"input_ids": ids, "attention_mask": mask})
         return np.asarray(out, dtype=np.float32)
 
     def info(self) -> dict[str, Any]:
@@ -146,7 +169,9 @@ class OnnxRuntime(Runtime):
             "variants": list(self.manifest["variants"]),
             "providers": list(self.providers),
             "threads": self.threads or os.cpu_count(),
-            "files": {"model": self.model_path.name, "scorer": "scorer.json", "tokenizer": "tokenizer.json"},
+            "files": {"model": self.model_path.name, "scorer": "scorer.json", "tokenizer": "tokenizer.json",
+                      **({} if self.prefix is None else self.prefix.files)},
+            "prefix_reuse": self.prefix is not None,
             "artifact_dir": str(self.artifact_dir),
             "scorer_fingerprint": self.scorer.spec.fingerprint(),
             "n_labels": self.scorer.spec.n_labels,
@@ -157,3 +182,5 @@ class OnnxRuntime(Runtime):
 
     def close(self) -> None:
         self.session = None
+        if self.prefix is not None:
+            self.prefix.close()

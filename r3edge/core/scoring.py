@@ -20,6 +20,7 @@ import json
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -156,11 +157,25 @@ class ScorerSpec:
 
 @dataclass(frozen=True)
 class Encoded:
-    """One pair's token ids and what truncation did to it."""
+    """One pair's token ids and what truncation did to it.
+
+    ``input_ids[:prefix_len]`` (template head + query + mid) is the same for every document of the
+    query; ``input_ids[prefix_len:]`` (document + tail) is the pair's own part. A causal student
+    computes the shared prefix once per request (see :meth:`Scorer.split`).
+    """
 
     input_ids: list[int]
     doc_tokens: int
     doc_tokens_dropped: int
+    prefix_len: int = 0
+
+    @property
+    def prefix(self) -> list[int]:
+        return self.input_ids[: self.prefix_len]
+
+    @property
+    def suffix(self) -> list[int]:
+        return self.input_ids[self.prefix_len :]
 
 
 def _load_tokenizer(path: Path):
@@ -312,24 +327,47 @@ class Scorer:
                 )
             budget = min(spec.max_doc_tokens, spec.max_total_tokens - self.fixed_tokens - len(qi))
             di = d.ids[:budget]
+            prefix = self._head + qi + self._mid
             out.append(
                 Encoded(
-                    input_ids=self._head + qi + self._mid + di + self._tail,
+                    input_ids=prefix + di + self._tail,
                     doc_tokens=len(di),
                     doc_tokens_dropped=len(d.ids) - len(di),
+                    prefix_len=len(prefix),
                 )
             )
         return out
 
+    def split(self, encoded: Sequence[Encoded]) -> list[tuple[list[int], list[int]]]:
+        """Group encoded pairs by their shared prefix: ``[(prefix_ids, [index, ...]), ...]`` in first-seen order.
+
+        The prefix is the template head, the (whole, never cut) query and the template's mid piece;
+        the rest of each pair (``Encoded.suffix``: its cut document and the tail) is what the
+        candidate graph reads after a prefix's key/value cache. ``prefix + suffix`` is the
+        single-graph input exactly, since both come from :meth:`encode_batch`. Only a causal student
+        can reuse a prefix (an encoder's prefix tokens attend to the document).
+        """
+        if self.spec.head != "label_rows":
+            raise R3EdgeError(f"prefix reuse needs a causal student (head label_rows), not head {self.spec.head!r}",
+                              "score this artifact through its single graph")
+        groups: dict[tuple[int, ...], list[int]] = {}
+        for i, e in enumerate(encoded):
+            groups.setdefault(tuple(e.prefix), []).append(i)
+        return [(list(p), idx) for p, idx in groups.items()]
+
     def collate(self, encoded: Sequence[Encoded]) -> tuple[np.ndarray, np.ndarray]:
         """Pad to the longest sequence on the spec's side: int64 ``input_ids`` and ``attention_mask``."""
-        width = max(len(e.input_ids) for e in encoded)
-        ids = np.full((len(encoded), width), self.spec.pad_token_id, dtype=np.int64)
-        mask = np.zeros((len(encoded), width), dtype=np.int64)
-        for i, e in enumerate(encoded):
-            n = len(e.input_ids)
+        return self.collate_ids([e.input_ids for e in encoded])
+
+    def collate_ids(self, rows: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`collate` for bare id lists (the candidate suffixes of the prefix path use it)."""
+        width = max(len(r) for r in rows)
+        ids = np.full((len(rows), width), self.spec.pad_token_id, dtype=np.int64)
+        mask = np.zeros((len(rows), width), dtype=np.int64)
+        for i, r in enumerate(rows):
+            n = len(r)
             sl = slice(width - n, width) if self.spec.padding_side == "left" else slice(0, n)
-            ids[i, sl] = e.input_ids
+            ids[i, sl] = r
             mask[i, sl] = 1
         return ids, mask
 
@@ -383,6 +421,19 @@ def _guess_pad_id(tokenizer) -> int:
 
 
 
+class PrefixRunner(Protocol):
+    """A runtime that scores a causal student in two graphs (the shared prefix once per query).
+
+    ``prefix(input_ids [1, P]) -> cache`` runs the template head + query once; ``candidates(cache,
+    input_ids [B, S], attention_mask [B, S]) -> label_logits [B, n_labels]`` scores document +
+    tail suffixes (padded by :meth:`Scorer.collate_ids`) after that cache.
+    """
+
+    def prefix(self, input_ids: np.ndarray) -> Any: ...
+
+    def candidates(self, cache: Any, input_ids: np.ndarray, attention_mask: np.ndarray) -> np.ndarray: ...
+
+
 def score_pairs(
     scorer: Scorer,
     run_batch,
@@ -392,6 +443,7 @@ def score_pairs(
     max_batch_tokens: int = 8192,
     max_batch_size: int = 64,
     stats: dict | None = None,
+    prefix: PrefixRunner | None = None,
 ) -> np.ndarray:
     """Label logits ``[n, n_labels]`` for pairs, in input order, via length-sorted micro-batches.
 
@@ -399,18 +451,36 @@ def score_pairs(
     ...). ``stats``, if given, receives ``truncated_docs``, ``doc_tokens_dropped`` and ``n_batches``.
     Every caller that scores pairs goes through here, so formatting, truncation, batching
     and reordering are the same in training-time evaluation, export parity, serving and benchmarks.
+
+    With ``prefix`` (a :class:`PrefixRunner`), ``run_batch`` is not used: each distinct prefix
+    (template head + query) runs once and its documents' suffixes are micro-batched by suffix
+    length after its cache (:meth:`Scorer.split`).
     """
     encoded = scorer.encode_batch(queries, documents)
     out = np.empty((len(encoded), scorer.spec.n_labels), dtype=np.float32)
-    batches = plan_batches([len(e.input_ids) for e in encoded], max_batch_tokens, max_batch_size)
+    if prefix is None:
+        groups = [(None, list(range(len(encoded))))]
+    else:
+        groups = scorer.split(encoded)
+    lengths = [len(e.input_ids) if prefix is None else len(e.suffix) for e in encoded]
+    plans = [(pre, [[idx[j] for j in b] for b in plan_batches([lengths[i] for i in idx], max_batch_tokens,
+                                                               max_batch_size)]) for pre, idx in groups]
     if stats is not None:
         # What truncation and batching did, for callers that report it (the server, benchmarks).
         stats["truncated_docs"] = sum(1 for e in encoded if e.doc_tokens_dropped)
         stats["doc_tokens_dropped"] = sum(e.doc_tokens_dropped for e in encoded)
-        stats["n_batches"] = len(batches)
-    for idx in batches:
-        ids, mask = scorer.collate([encoded[i] for i in idx])
-        out[idx] = np.asarray(run_batch(ids, mask), dtype=np.float32)
+        stats["n_batches"] = sum(len(b) for _, b in plans)
+        stats["n_prefixes"] = 0 if prefix is None else len(plans)
+    for pre, batches in plans:
+        cache = None if prefix is None else prefix.prefix(np.asarray([pre], dtype=np.int64))
+        for idx in batches:
+            if prefix is None:
+                ids, mask = scorer.collate([encoded[i] for i in idx])
+                got = run_batch(ids, mask)
+            else:
+                ids, mask = scorer.collate_ids([encoded[i].suffix for i in idx])
+                got = prefix.candidates(cache, ids, mask)
+            out[idx] = np.asarray(got, dtype=np.float32)
     return out
 
 
