@@ -94,6 +94,19 @@ def _calib_feeds(scorer: Scorer, queries: list[str], docs: list[str], batch_size
     return feeds
 
 
+def _fused_encoder(lm, model, scorer: Scorer, example: tuple, out_path: Path, log) -> dict | None:
+    """The fused fp32 graph for an encoder student (r3edge.export.fusion), or None for the dynamo export."""
+    from r3edge.export.fusion import export_fused_encoder, fusable
+
+    if scorer.spec.head != "classifier" or not fusable(lm.config):
+        return None
+    try:
+        return export_fused_encoder(lm, model, example, out_path)
+    except Exception as exc:  # any failure of the optional fusion path falls back to the plain export
+        log(f"[export] fused encoder graph unavailable ({exc}); using the dynamo export")
+        return None
+
+
 def _ort_runner(path: Path, threads: int | None):
     ort = require("onnxruntime", "export")
     opts = ort.SessionOptions()
@@ -159,18 +172,20 @@ def export_artifact(
     queries, docs, source = load_pairs(calib_pairs, max_calib)
     ids, mask = scorer.collate(scorer.encode_batch(queries[:2], docs[:2]))
     t0 = time.perf_counter()
-    batch, seq = torch.export.Dim("batch"), torch.export.Dim("sequence")
-    kwargs = {"opset_version": opset} if opset else {}
-    with torch.no_grad():
-        program = torch.onnx.export(
-            model, (torch.from_numpy(ids), torch.from_numpy(mask)),
-            input_names=list(INPUT_NAMES), output_names=[OUTPUT_NAME],
-            dynamic_shapes={"input_ids": {0: batch, 1: seq}, "attention_mask": {0: batch, 1: seq}},
-            dynamo=True, optimize=True, verbose=False, **kwargs,
-        )
     fp32_path = tmp / variant_file("fp32")
-    program.save(str(fp32_path))
-    del program
+    fusion = _fused_encoder(lm, model, scorer, (torch.from_numpy(ids), torch.from_numpy(mask)), fp32_path, log)
+    if fusion is None:
+        batch, seq = torch.export.Dim("batch"), torch.export.Dim("sequence")
+        kwargs = {"opset_version": opset} if opset else {}
+        with torch.no_grad():
+            program = torch.onnx.export(
+                model, (torch.from_numpy(ids), torch.from_numpy(mask)),
+                input_names=list(INPUT_NAMES), output_names=[OUTPUT_NAME],
+                dynamic_shapes={"input_ids": {0: batch, 1: seq}, "attention_mask": {0: batch, 1: seq}},
+                dynamo=True, optimize=True, verbose=False, **kwargs,
+            )
+        program.save(str(fp32_path))
+        del program
     stage("onnx_export", t0)
     graph_check = check_no_vocab_projection(fp32_path, vocab, scorer.spec.n_labels)
 
@@ -180,7 +195,8 @@ def export_artifact(
 
     tol = Tolerances(atol=atol)
     report: dict = {"variants": {}, "rejected": {}, "graph_check": graph_check, "validation_pairs": len(queries), "pairs_source": source,
-                    "note": "validation pairs are the calibration pairs"}
+                    "note": "validation pairs are the calibration pairs",
+                    "fp32_graph": fusion or {"exporter": "torch.onnx.export(dynamo=True)"}}
     quant: dict = {}
     for name in names:
         path = tmp / variant_file(name)

@@ -78,7 +78,8 @@ def artifact(trained, sample_pairs_file, tmp_path_factory) -> Path:
     from r3edge.cli import main
 
     out = tmp_path_factory.mktemp("artifact") / "encoder-art"
-    assert main(["export", str(trained), "--out", str(out), "--variants", "fp32,int8", "--calib", str(sample_pairs_file)]) == 0
+    assert main(["export", str(trained), "--out", str(out), "--variants", "fp32,int8,int8-row",
+                 "--calib", str(sample_pairs_file)]) == 0
     return out
 
 
@@ -203,18 +204,37 @@ def test_causal_student_loss_reaches_only_the_label_rows():
 # -- export, runtimes and serving -----------------------------------------------------------------
 def test_export_fp32_and_int8_with_parity(artifact):
     manifest = json.loads((artifact / "manifest.json").read_text())
-    assert manifest["variants"] == {"fp32": "model.fp32.onnx", "int8": "model.int8.onnx"}
+    assert manifest["variants"] == {"fp32": "model.fp32.onnx", "int8": "model.int8.onnx", "int8-row": "model.int8-row.onnx"}
     assert manifest["inputs"] == ["input_ids", "attention_mask"] and manifest["output"] == "label_logits"
     report = json.loads((artifact / "export_report.json").read_text())
     fp32 = report["variants"]["fp32"]
     assert fp32["max_abs_logit_diff"] <= 1e-4 and fp32["argmax_agreement"] == 1.0
     assert fp32["batch_invariance_max_abs_score_diff"] <= 1e-5
     assert report["variants"]["int8"]["batch_invariance_max_abs_score_diff"] <= 1e-4
+    assert report["variants"]["int8-row"]["batch_invariance_max_abs_score_diff"] <= 1e-5
     assert report["rejected"] == {} and report["graph_check"]["vocab_size"] == 30522
     assert json.loads((artifact / "scorer.json").read_text())["head"] == "classifier"
 
 
-@pytest.mark.parametrize("variant,tol", [("fp32", 1e-5), ("int8", 1e-4)])
+def test_fp32_graph_is_fused(artifact):
+    """The encoder's fp32 graph is ONNX Runtime's fused BERT graph (export/fusion.py): one
+    EmbedLayerNormalization, a MultiHeadAttention per layer (no loose Softmax), and only the weight
+    MatMuls left, which int8-row rewrites, every one of them, into per-row u8s8 MatMuls."""
+    import onnx
+
+    report = json.loads((artifact / "export_report.json").read_text())
+    assert report["fp32_graph"]["fused"]["MultiHeadAttention"] == 2  # bert-tiny's layers
+    ops = [n.op_type for n in onnx.load(str(artifact / "model.fp32.onnx")).graph.node]
+    assert ops.count("EmbedLayerNormalization") == 1 and ops.count("MultiHeadAttention") == 2 and "Softmax" not in ops
+    row = [n for n in onnx.load(str(artifact / "model.int8-row.onnx")).graph.node]
+    assert sum(n.op_type == "MatMulIntegerToFloat" for n in row) == ops.count("MatMul") == 2 * 6
+    assert not any(n.op_type in ("MatMul", "DynamicQuantizeLinear") for n in row)
+    blocked = [n for n in row if n.op_type == "QuantizeLinear"]  # one scale per row: block = the whole row
+    assert blocked and all(a.i in (64, 128) for n in blocked for a in n.attribute if a.name == "block_size")
+    assert report["quantization"]["int8-row"]["quantized_matmuls"] == 12
+
+
+@pytest.mark.parametrize("variant,tol", [("fp32", 1e-5), ("int8", 1e-4), ("int8-row", 1e-5)])
 def test_ort_matches_torch_and_is_batch_invariant(artifact, trained, variant, tol):
     from r3edge.core.scoring import score_pairs
     from r3edge.export.parity import batch_invariance
@@ -228,6 +248,11 @@ def test_ort_matches_torch_and_is_batch_invariant(artifact, trained, variant, to
     assert got.shape == (len(qs), 3) and np.isfinite(got).all()
     if variant == "fp32":
         np.testing.assert_allclose(got, ref, atol=1e-4, rtol=0)
+    if variant == "int8-row":  # int8 parity with the PyTorch fp32 student (random tiny weights exaggerate it)
+        _, s_ref = rt.scorer.relevance(ref)
+        _, s_got = rt.scorer.relevance(got)
+        assert np.abs(got - ref).max() <= 0.1 and np.abs(s_got - s_ref).max() <= 0.05
+        assert (got.argmax(-1) == ref.argmax(-1)).mean() >= 0.9
     assert len({len(e.input_ids) for e in rt.scorer.encode_batch(qs, ds)}) > 3  # the batch mixes lengths
     assert batch_invariance(rt.scorer, rt, qs, ds) <= tol
 

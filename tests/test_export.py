@@ -237,6 +237,53 @@ def test_full_vocab_projection_is_refused(tmp_path):
     assert check_no_vocab_projection(path, vocab + 1, 3)["full_vocab_tensors"] == 0
 
 
+def _one_matmul(tmp_path, k=48, n=32):
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    w = np.random.default_rng(1).standard_normal((k, n)).astype(np.float32) * 0.1
+    g = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"], name="proj")], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq", k])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", "seq", n])],
+                          [numpy_helper.from_array(w, "w")])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    path = tmp_path / "mm.onnx"
+    onnx.save(model, str(path))
+    return path, w
+
+
+def test_per_row_int8_is_batch_invariant_by_construction(tmp_path):
+    """int8-row: a row's quantization scale is its own, so its output does not move, bit for bit,
+    when another row of 100x its magnitude joins the batch; one dynamic scale per tensor
+    (``DynamicQuantizeLinear``, what ``int8-dynamic`` does) moves it."""
+    import onnx
+    import onnxruntime as ort
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    from r3edge.export.quantize import PRESETS, quantize
+
+    src, w = _one_matmul(tmp_path)
+    row_path, dyn_path = tmp_path / "row.onnx", tmp_path / "dyn.onnx"
+    info = quantize(PRESETS["int8-row"], src, row_path, None, log=lambda *a: None)
+    assert info["quantized_matmuls"] == 1 and info["weight_bits"] == 7
+    ops = [nd.op_type for nd in onnx.load(str(row_path)).graph.node]
+    assert "MatMulIntegerToFloat" in ops and "DynamicQuantizeLinear" not in ops and "MatMul" not in ops
+    quantize_dynamic(str(src), str(dyn_path), weight_type=QuantType.QInt8)
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((1, 5, 48)).astype(np.float32)
+    loud = 100 * rng.standard_normal((1, 5, 48)).astype(np.float32)
+    both = np.concatenate([x, loud])
+    for path, invariant in ((row_path, True), (dyn_path, False)):
+        sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+        alone, batched = sess.run(None, {"x": x})[0], sess.run(None, {"x": both})[0][:1]
+        assert np.array_equal(alone, batched) is invariant, path.name
+    # and it is an int8 approximation of the fp32 product (7-bit weights, 8-bit rows)
+    sess = ort.InferenceSession(str(row_path), providers=["CPUExecutionProvider"])
+    ref = both @ w
+    got = sess.run(None, {"x": both})[0]
+    assert np.abs(got - ref).max() <= 0.03 * np.abs(ref).max()
+
+
 def test_runtime_imports_without_torch():
     code = ("import sys; import r3edge.model.runtimes, r3edge.core.artifact, r3edge.core.onnx_runtime; "
             "assert 'torch' not in sys.modules, 'torch was imported'")
