@@ -391,7 +391,9 @@ def report(res: dict) -> str:
         f"- in-process artifact (no gRPC) vs best tuned PyTorch {r['inprocess_vs_best_tuned_torch']:.2f}x, "
         f"vs naive {r['inprocess_vs_naive']:.2f}x.",
         f"- gRPC + tokenisation + batching overhead: **{100 * r['grpc_tokenisation_overhead_share']:.1f}%** of end-to-end latency "
-        f"(1 - session.run time / served latency; goal ≤ 10%: {yes[r['goal_overhead_le_10pct']]}).",
+        f"(1 - session.run time / served latency; goal ≤ 10%: {yes[r['goal_overhead_le_10pct']]}"
+        + ("; a negative share means the two medians differ by less than this run's noise: not resolved" if
+           r["grpc_tokenisation_overhead_share"] < 0 else "") + ").",
         "", "GEMM peaks measured in this run (GFLOP/s or GOP/s, best of 4096x384x1536, 4096x1536x384, 1024³): "
         + ", ".join(f"{k} {v}" for k, v in res["gemm_peaks_gflops"].items()) + ".",
         "", f"Reproduce: `{' '.join(['python'] + sys.argv)}`" if sys.argv and sys.argv[0] else "",
