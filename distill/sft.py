@@ -52,6 +52,7 @@ from transformers import Trainer, set_seed
 from r3edge.core.config import ModelSpec, SFTConfig, TeacherConfig, load_yaml
 from r3edge.core.errors import R3EdgeError
 from r3edge.core.pairs import read_queries
+from r3edge.core.sequences import common_prefix_length
 from r3edge.distill.hf_trainer import ProgressCallback, training_arguments
 from r3edge.distill.judges import get_judge
 from r3edge.distill.teacher import file_sha256, load_teacher_config
@@ -164,8 +165,8 @@ def shared_prefix_chunks(examples: Sequence[tuple[list[int], list[int]]], keys: 
             part = rows[i:i + size]
             n = min(min(len(ids) for ids, _ in part),
                     min(next((j for j, x in enumerate(lab) if x != IGNORE), len(lab)) for _, lab in part) - 1)
+            p = common_prefix_length([ids for ids, _ in part], n)
             first = part[0][0]
-            p = next((j for j in range(max(n, 0)) if any(ids[j] != first[j] for ids, _ in part)), max(n, 0))
             chunks.append({"prefix": first[:p], "input_ids": [ids[p:] for ids, _ in part],
                            "labels": [lab[p:] for _, lab in part],
                            "length": p + sum(len(ids) - p for ids, _ in part)})

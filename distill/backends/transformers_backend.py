@@ -18,6 +18,7 @@ import numpy as np
 
 from r3edge.core.config import GenerationParams, ModelSpec
 from r3edge.core.errors import R3EdgeError, require
+from r3edge.core.sequences import common_prefix_length
 from r3edge.distill.backends import Conversation, Generation
 
 _torch = require("torch", "train")
@@ -113,9 +114,8 @@ class TransformersBackend:
         row's next token.
         """
         torch = self.torch
-        n = min(len(r) for r in rows) - 1  # every row keeps at least one token of its own to feed
-        first = rows[0]
-        p = next((j for j in range(n) if any(r[j] != first[j] for r in rows)), max(n, 0))
+        # every row keeps at least one token of its own to feed
+        p = common_prefix_length(rows, min(len(r) for r in rows) - 1)
         if len(rows) < 2 or p < self.MIN_SHARED:
             return (*self._pad(rows), None)
         width = max(len(r) for r in rows) - p
