@@ -202,7 +202,7 @@ def export_artifact(
         path = tmp / variant_file(name)
         if name != "fp32":
             t0 = time.perf_counter()
-            feeds = _calib_feeds(scorer, queries, docs) if PRESETS[name].kind == "static_qdq" else None
+            feeds = _calib_feeds(scorer, queries, docs) if PRESETS[name].calibrate_method else None
             quant[name] = quantize(PRESETS[name], fp32_path, path, feeds, log=log)
             stage(f"quantize_{name}", t0)
         t0 = time.perf_counter()

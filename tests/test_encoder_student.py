@@ -78,7 +78,7 @@ def artifact(trained, sample_pairs_file, tmp_path_factory) -> Path:
     from r3edge.cli import main
 
     out = tmp_path_factory.mktemp("artifact") / "encoder-art"
-    assert main(["export", str(trained), "--out", str(out), "--variants", "fp32,int8,int8-row",
+    assert main(["export", str(trained), "--out", str(out), "--variants", "fp32,int8,int8-row,int8-smooth",
                  "--calib", str(sample_pairs_file)]) == 0
     return out
 
@@ -204,7 +204,8 @@ def test_causal_student_loss_reaches_only_the_label_rows():
 # -- export, runtimes and serving -----------------------------------------------------------------
 def test_export_fp32_and_int8_with_parity(artifact):
     manifest = json.loads((artifact / "manifest.json").read_text())
-    assert manifest["variants"] == {"fp32": "model.fp32.onnx", "int8": "model.int8.onnx", "int8-row": "model.int8-row.onnx"}
+    assert manifest["variants"] == {"fp32": "model.fp32.onnx", "int8": "model.int8.onnx", "int8-row": "model.int8-row.onnx",
+                                    "int8-smooth": "model.int8-smooth.onnx"}
     assert manifest["inputs"] == ["input_ids", "attention_mask"] and manifest["output"] == "label_logits"
     report = json.loads((artifact / "export_report.json").read_text())
     fp32 = report["variants"]["fp32"]
@@ -212,6 +213,9 @@ def test_export_fp32_and_int8_with_parity(artifact):
     assert fp32["batch_invariance_max_abs_score_diff"] <= 1e-5
     assert report["variants"]["int8"]["batch_invariance_max_abs_score_diff"] <= 1e-4
     assert report["variants"]["int8-row"]["batch_invariance_max_abs_score_diff"] <= 1e-5
+    assert report["variants"]["int8-smooth"]["batch_invariance_max_abs_score_diff"] <= 1e-5
+    smooth = report["quantization"]["int8-smooth"]
+    assert smooth["smoothed_inputs"] == smooth["quantized_inputs"] > 0 and smooth["calibration_pairs"] > 0
     assert report["rejected"] == {} and report["graph_check"]["vocab_size"] == 30522
     assert json.loads((artifact / "scorer.json").read_text())["head"] == "classifier"
 
@@ -234,7 +238,8 @@ def test_fp32_graph_is_fused(artifact):
     assert report["quantization"]["int8-row"]["quantized_matmuls"] == 12
 
 
-@pytest.mark.parametrize("variant,tol", [("fp32", 1e-5), ("int8", 1e-4), ("int8-row", 1e-5)])
+@pytest.mark.parametrize("variant,tol", [("fp32", 1e-5), ("int8", 1e-4), ("int8-row", 1e-5),
+                                                 ("int8-smooth", 1e-5)])
 def test_ort_matches_torch_and_is_batch_invariant(artifact, trained, variant, tol):
     from r3edge.core.scoring import score_pairs
     from r3edge.export.parity import batch_invariance
@@ -248,7 +253,7 @@ def test_ort_matches_torch_and_is_batch_invariant(artifact, trained, variant, to
     assert got.shape == (len(qs), 3) and np.isfinite(got).all()
     if variant == "fp32":
         np.testing.assert_allclose(got, ref, atol=1e-4, rtol=0)
-    if variant == "int8-row":  # int8 parity with the PyTorch fp32 student (random tiny weights exaggerate it)
+    if variant in ("int8-row", "int8-smooth"):  # int8 parity with the PyTorch fp32 student (random tiny weights exaggerate it)
         _, s_ref = rt.scorer.relevance(ref)
         _, s_got = rt.scorer.relevance(got)
         assert np.abs(got - ref).max() <= 0.1 and np.abs(s_got - s_ref).max() <= 0.05

@@ -284,6 +284,41 @@ def test_per_row_int8_is_batch_invariant_by_construction(tmp_path):
     assert np.abs(got - ref).max() <= 0.03 * np.abs(ref).max()
 
 
+def test_smoothquant_flattens_an_outlier_channel_and_stays_batch_invariant(tmp_path):
+    """int8-smooth: with one input channel 50x louder than the rest (the LayerNorm outlier channels
+    of trained transformers), a per-row scale is set by that channel and the others lose their
+    resolution; SmoothQuant's calibrated per-channel factors move the outlier into the weights, so
+    the int8 product is closer to fp32, and a row's output still does not move with its batchmates."""
+    import onnxruntime as ort
+
+    from r3edge.export.quantize import PRESETS, quantize
+
+    src, w = _one_matmul(tmp_path)
+    rng = np.random.default_rng(0)
+    loudness = np.ones(48, np.float32)
+    loudness[0] = 50.0
+
+    def batch(n):
+        return (rng.standard_normal((n, 5, 48)) * loudness).astype(np.float32)
+
+    calib = [{"x": batch(4)} for _ in range(3)]
+    row_path, smooth_path = tmp_path / "row.onnx", tmp_path / "smooth.onnx"
+    quantize(PRESETS["int8-row"], src, row_path, None, log=lambda *a: None)
+    info = quantize(PRESETS["int8-smooth"], src, smooth_path, calib, log=lambda *a: None)
+    assert info["smoothed_inputs"] == 1 and info["smooth_alpha"] == 0.5 and info["calibration_pairs"] == 12
+    x = batch(8)
+    ref = x @ w
+    err = {}
+    for path in (row_path, smooth_path):
+        sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+        got = sess.run(None, {"x": x})[0]
+        err[path.name] = float(np.abs(got - ref).mean())
+        assert np.array_equal(sess.run(None, {"x": x[:1]})[0], got[:1])  # batch invariant, bit for bit
+    assert err["smooth.onnx"] < 0.5 * err["row.onnx"], err
+    with pytest.raises(R3EdgeError, match="calibration pairs"):
+        quantize(PRESETS["int8-smooth"], src, tmp_path / "none.onnx", None, log=lambda *a: None)
+
+
 def test_runtime_imports_without_torch():
     code = ("import sys; import r3edge.model.runtimes, r3edge.core.artifact, r3edge.core.onnx_runtime; "
             "assert 'torch' not in sys.modules, 'torch was imported'")

@@ -4,7 +4,8 @@ The graph takes input_ids/attention_mask and returns label_logits [batch, n_labe
 full vocabulary). Every variant is checked against PyTorch on pairs formatted by the scorer;
 the artifact directory appears only when fp32 parity passed. Variants: fp32 (reference),
 int8 (static QDQ, batch invariant, calibrated on --calib pairs), int8-row (per-row dynamic
-activation scales: batch invariant by construction, no calibration), int8-dynamic (comparison only:
+activation scales: batch invariant by construction, no calibration), int8-smooth (int8-row after
+SmoothQuant's per-channel factors from the --calib pairs), int8-dynamic (comparison only:
 scores depend on batchmates), fp16 (for GPUs). Encoder (BERT) students get ONNX Runtime's fused
 graph (r3edge.export.fusion) as fp32, which the quantized variants start from.
 """
@@ -18,9 +19,9 @@ def configure(parser):
     parser.add_argument("--out", required=True, metavar="ARTIFACT_DIR",
                         help="artifact directory to write (replaced only when the export passes parity)")
     parser.add_argument("--variants", default="fp32,int8",
-                        help="comma-separated variants: fp32, int8 (static QDQ), int8-row (per-row dynamic), int8-weight (weight-only), "
-                             "int8-dynamic, "
-                             "fp16; fp32 is always built; a quantized variant that fails its checks is left out and reported")
+                        help="comma-separated variants: fp32, int8 (static QDQ), int8-row (per-row dynamic), "
+                             "int8-smooth (int8-row + SmoothQuant), int8-weight (weight-only), int8-dynamic, fp16; "
+                             "fp32 is always built; a quantized variant that fails its checks is left out and reported")
     parser.add_argument("--default-variant", default=None, metavar="NAME",
                         help="variant the server loads when none is named (default: fp32)")
     parser.add_argument("--calib", default=None, metavar="PAIRS.jsonl",
