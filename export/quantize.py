@@ -63,7 +63,10 @@ noisy):
   queries moves by ~0.01 either way), at the same speed (627 vs 622 ms per top-100; fp32 908).
   alpha 0.3, 0.4, 0.6, 0.7 did no better. The 98% top-10 goal is out of reach of 8-bit activations
   on this student: Gaussian noise of sd 0.01 on its fp32 logits already gives 0.986 overlap, and
-  sd 0.03 gives 0.961 (its scores crowd around positions 8-12).
+  sd 0.03 gives 0.961 (its scores crowd around positions 8-12). Tried and not kept: 8-bit weights
+  through the u8u8 kernels (no vpmaddubsw saturation; top-10 0.964, max |Δlogit| 0.25, but 763 vs
+  639 ms), and one static per-tensor activation scale and zero point fed straight to the kernel
+  (566-592 ms, but top-10 0.87-0.90).
 * The static ``int8`` graph's float64 Softmax (its batch-invariance fix) cost 25% of its kernel time
   on the unfused encoder graph (572 ms of Softmax per top-100 vs 30 ms in fp32); on the fused graph
   the softmax is inside MultiHeadAttention and no float64 cast is inserted.
