@@ -97,24 +97,26 @@ def plot(results: dict, path: Path) -> Path:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import ScalarFormatter
 
     fig, ax = plt.subplots(figsize=(7.5, 4.5))
-    placed = 0
+    points: dict[tuple[float, float], list[str]] = {}  # "student" is a copy of the recommended one
     for name, e in results["systems"].items():
         x = (e.get("latency_ms_top100") or {}).get("p50")
         y = e.get("ndcg@10")
-        if x is None or y is None:
-            continue
-        ax.scatter([x / 1e3], [y], marker="s" if name == "teacher" else "o", s=50)
-        # alternate above / below so that the fp32 and int8 labels of one student do not overlap
-        ax.annotate(name, (x / 1e3, y), textcoords="offset points", xytext=(0, 8 if placed % 2 == 0 else -14),
-                    ha="center", fontsize=8)
-        placed += 1
+        if x is not None and y is not None:
+            points.setdefault((x, y), []).append(name)
+    for k, ((x, y), names) in enumerate(points.items()):
+        # a legend, not text next to the points: a student's fp32 and int8 sit too close together
+        ax.scatter([x / 1e3], [y], marker="s" if "teacher" in names else "o", s=50, color=f"C{k}",
+                   label=" = ".join(names))
     io = results["systems"]["input_order"]["ndcg@10"]
     if io is not None:
         ax.axhline(io, linestyle="--", color="grey", label=f"input order {io:.3f}")
-        ax.legend(loc="lower right", fontsize=8)
+    ax.legend(loc="upper left", fontsize=8)  # the points sit well below 1.0 on real data
     ax.set_xscale("log")
+    ax.xaxis.set_major_formatter(ScalarFormatter())
+    ax.xaxis.set_minor_formatter(ScalarFormatter())
     ax.set_ylim(0, 1.0)
     ax.set_xlabel("p50 seconds per top-100 request (log)")
     ax.set_ylabel("nDCG@10 vs gold (SemEval C dev)")

@@ -125,10 +125,10 @@ def plot(results: dict, path: Path) -> Path | None:
                 continue
             teacher = r.get("kind") == "teacher"
             label = f"{r['system']} {r.get('variant') or ''}".strip() + (" (est.)" if teacher else "")
-            ax.scatter([x], [y], marker="s" if teacher else "o", s=50)
-            # variants of one student sit close together: alternate their labels above and below
-            ax.annotate(label, (x, y), textcoords="offset points", xytext=(0, 8 if k % 2 == 0 else -14),
-                        ha="center", fontsize=8)
+            # a legend, not text next to the points: variants of one student sit too close together
+            # for labels to say unambiguously which point is whose
+            ax.scatter([x], [y], marker="s" if teacher else "o", s=50, color=f"C{k}", label=label)
+        ax.legend(fontsize=8, loc="lower left")
         ax.set_xscale("log")
         if points:
             xs = [x for _, x in points]
