@@ -74,6 +74,7 @@ noisy):
 
 from __future__ import annotations
 
+import tempfile
 import time
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
@@ -233,17 +234,24 @@ def _activation_absmax(fp32_path: Path, feeds: list[dict[str, np.ndarray]], name
     inputs = {i.name for i in model.graph.input}
     computed = [n for n in names if n not in inputs]
     model.graph.output.extend(helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in computed)
-    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     amax: dict[str, np.ndarray] = {}
-    for feed in feeds:
-        mask = feed.get("attention_mask")
-        values = {**{n: feed[n] for n in names if n in inputs}, **dict(zip(computed, sess.run(computed, feed)))}
-        for name, x in values.items():
-            rows = x.reshape(-1, x.shape[-1])
-            if mask is not None and rows.shape[0] == mask.size:  # a row per token: padding left out
-                rows = rows[mask.reshape(-1) == 1]
-            m = np.abs(rows).max(axis=0)
-            amax[name] = m if name not in amax else np.maximum(amax[name], m)
+    with tempfile.TemporaryDirectory(prefix="r3edge-calib-") as tmp:
+        if _external(fp32_path):  # over protobuf's 2 GB: the session reads the weights from a file
+            path = Path(tmp) / "calib.onnx"
+            onnx.save(model, str(path), save_as_external_data=True, all_tensors_to_one_file=True,
+                      location="calib.onnx.data")
+            sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+        else:
+            sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+        for feed in feeds:
+            mask = feed.get("attention_mask")
+            values = {**{n: feed[n] for n in names if n in inputs}, **dict(zip(computed, sess.run(computed, feed)))}
+            for name, x in values.items():
+                rows = x.reshape(-1, x.shape[-1])
+                if mask is not None and rows.shape[0] == mask.size:  # a row per token: padding left out
+                    rows = rows[mask.reshape(-1) == 1]
+                m = np.abs(rows).max(axis=0)
+                amax[name] = m if name not in amax else np.maximum(amax[name], m)
     return amax
 
 

@@ -315,6 +315,18 @@ def test_smoothquant_flattens_an_outlier_channel_and_stays_batch_invariant(tmp_p
         err[path.name] = float(np.abs(got - ref).mean())
         assert np.array_equal(sess.run(None, {"x": x[:1]})[0], got[:1])  # batch invariant, bit for bit
     assert err["smooth.onnx"] < 0.5 * err["row.onnx"], err
+    # a graph whose weights live in an external data file (models over 2 GB) calibrates the same
+    import onnx
+
+    ext = tmp_path / "ext"
+    ext.mkdir()
+    onnx.save(onnx.load(str(src)), str(ext / "mm.onnx"), save_as_external_data=True, size_threshold=0,
+              location="mm.onnx.data")
+    quantize(PRESETS["int8-smooth"], ext / "mm.onnx", ext / "smooth.onnx", calib, log=lambda *a: None)
+    assert (ext / "smooth.onnx.data").exists()
+    outs = [ort.InferenceSession(str(p), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+            for p in (smooth_path, ext / "smooth.onnx")]
+    assert np.array_equal(*outs)
     with pytest.raises(R3EdgeError, match="calibration pairs"):
         quantize(PRESETS["int8-smooth"], src, tmp_path / "none.onnx", None, log=lambda *a: None)
 
