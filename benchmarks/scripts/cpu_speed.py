@@ -362,7 +362,7 @@ def report(res: dict) -> str:
         f"{res['student']['hidden']} wide); artifact {res['artifact']['dir']}, served variant `{res['artifact']['served_variant']}`. "
         f"A top-100 is {res['mean_tokens_per_top100']:.0f} real tokens, {res['useful_gflop_per_top100']:.1f} useful GFLOP.",
         f"Accuracy on {res['split']['validation_pairs']} held-out pairs ({res['split']['validation']}); int8 calibration "
-        f"(static variant only) on {res['split']['calibration']}: separate queries. fp32 reference: accuracy "
+        f"(the calibrated variants: static int8, int8-smooth) on {res['split']['calibration']}: separate queries. fp32 reference: accuracy "
         f"{res['fp32_reference']['accuracy']:.3f}, nDCG@10 {res['fp32_reference']['ndcg@10']:.3f}.", "",
         "| system | p50 ms | p95 ms | pairs/s | achieved GFLOP/s | GEMM peak (same runtime, precision) | fraction | "
         "max abs Δlogit | argmax agr. | Δ acc (pt) | Δ nDCG@10 | top-10 overlap | batch inv. max abs Δscore |",
