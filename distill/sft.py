@@ -231,6 +231,28 @@ class SFTTrainer(Trainer):
         return (loss, logits) if return_outputs else loss
 
 
+def trainable_layer_ids(lm, n_top: int | None) -> list[int] | None:
+    """The indices of the top ``n_top`` decoder layers (None: train every layer)."""
+    if n_top is None:
+        return None
+    n = len(lm.get_decoder().layers)
+    if n_top > n:
+        raise R3EdgeError(f"train.trainable_layers {n_top} is more than the model's {n} decoder layers",
+                          f"set it to at most {n}, or omit it to fine-tune every weight")
+    return list(range(n - n_top, n))
+
+
+def freeze_below(lm, layer_ids: Sequence[int]) -> None:
+    """Only ``layer_ids`` and the final norm keep gradients. Nothing below the lowest of them
+    requires a gradient, so autograd records nothing there and the backward pass stops early."""
+    lm.requires_grad_(False)
+    decoder = lm.get_decoder()
+    for i in layer_ids:
+        decoder.layers[i].requires_grad_(True)
+    if getattr(decoder, "norm", None) is not None:
+        decoder.norm.requires_grad_(True)
+
+
 def _use_bf16(setting) -> bool:
     if setting != "auto":
         return bool(setting)
@@ -336,14 +358,20 @@ def teacher_sft(config: str | Path | SFTConfig, out_dir: str | Path, *, gold: st
         f"{n_tokens} tokens, {n_target} with loss; {n_computed} computed with shared prefixes, "
         f"{len(chunks)} steps per epoch), verdict labels {dict(sorted(by_label.items()))}; "
         f"base {spec.pretrained or 'random init'}, judge {judge.name}, "
-        f"{'LoRA r=' + str(cfg.lora.r) if cfg.lora else 'full fine-tuning'}")
+        f"{'LoRA r=' + str(cfg.lora.r) if cfg.lora else 'full fine-tuning'}"
+        f"{f' of the top {tp.trainable_layers} layers' if tp.trainable_layers else ''}")
 
     model = lm
+    top = trainable_layer_ids(lm, tp.trainable_layers)
     if cfg.lora is not None:
         from peft import LoraConfig, get_peft_model
 
         model = get_peft_model(lm, LoraConfig(r=cfg.lora.r, lora_alpha=cfg.lora.alpha, lora_dropout=cfg.lora.dropout,
-                                              target_modules=list(cfg.lora.target_modules), task_type="CAUSAL_LM"))
+                                              target_modules=list(cfg.lora.target_modules), task_type="CAUSAL_LM",
+                                              layers_to_transform=top))
+    elif top is not None:
+        freeze_below(lm, top)
+    n_trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     bf16 = _use_bf16(tp.bf16)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     dataset = Dataset.from_list(chunks)
@@ -383,6 +411,8 @@ def teacher_sft(config: str | Path | SFTConfig, out_dir: str | Path, *, gold: st
         "tokens_with_loss": n_target,
         "max_length": tp.max_length,
         "lora": cfg.lora.model_dump() if cfg.lora else None,
+        "trainable_layers": tp.trainable_layers,
+        "trainable_parameters": n_trainable,
         "bf16": bf16,
         "device": "cuda" if torch.cuda.is_available() else f"cpu ({torch.get_num_threads()} threads)",
         "epochs": float(trainer.state.epoch or 0.0),

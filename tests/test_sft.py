@@ -345,3 +345,37 @@ def test_lora_through_the_cli_saves_merged_plain_weights(tmp_path):
     assert torch.equal(weights["model.embed_tokens.weight"], base["model.embed_tokens.weight"])
     report = json.loads((tmp_path / "out" / "sft_report.json").read_text())
     assert report["lora"]["r"] == 4 and report["steps"] == 2
+
+
+@pytest.mark.slow
+def test_trainable_layers_freeze_everything_below_the_top_layers(tmp_path):
+    """`train.trainable_layers: 1` on a 2-layer teacher: the top layer moves, the bottom layer and the
+    embeddings are bit-identical after training, with and without LoRA; more layers than the model
+    has is an error naming the field."""
+    import torch
+    from safetensors.torch import load_file
+
+    from r3edge.core.config import TeacherConfig, load_yaml
+    from r3edge.distill.sft import teacher_sft
+    from r3edge.model.loading import load_model
+
+    pairs = _pairs(tmp_path, TOY)
+    base = load_model(load_yaml(TINY_TEACHER, TeacherConfig).model).state_dict()
+    for name, extra in [("full", ""), ("lora", "lora:\n  r: 4\n  alpha: 8\n")]:
+        sft = tmp_path / f"{name}.yaml"
+        sft.write_text(f"name: {name}\nteacher: {TINY_TEACHER}\n{extra}"
+                       "train:\n  learning_rate: 1.0e-2\n  batch_size: 2\n  bf16: false\n  trainable_layers: 1\n")
+        out = teacher_sft(sft, tmp_path / name, gold=pairs, max_steps=2, log=lambda *a: None)
+        weights = load_file(str(out / "model.safetensors"))
+        for key in ("model.layers.0.self_attn.q_proj.weight", "model.layers.0.mlp.down_proj.weight",
+                    "model.embed_tokens.weight"):
+            assert torch.equal(weights[key], base[key]), (name, key)
+        assert not torch.equal(weights["model.layers.1.self_attn.q_proj.weight"],
+                               base["model.layers.1.self_attn.q_proj.weight"]), name
+        report = json.loads((out / "sft_report.json").read_text())
+        assert report["trainable_layers"] == 1 and 0 < report["trainable_parameters"] < sum(v.numel() for v in base.values())
+
+    sft = tmp_path / "too_many.yaml"
+    sft.write_text(f"name: x\nteacher: {TINY_TEACHER}\ntrain:\n  trainable_layers: 3\n  bf16: false\n")
+    with pytest.raises(R3EdgeError, match="trainable_layers 3 is more than the model's 2 decoder layers"):
+        teacher_sft(sft, tmp_path / "x", gold=pairs, max_steps=1, log=lambda *a: None)

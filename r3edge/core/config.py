@@ -207,6 +207,10 @@ class SFTParams(Strict):
     logging_steps: int = Field(5, ge=1)
     #: tokens per trace; a longer trace is dropped and counted (prompts are never cut, replies never halved)
     max_length: int = Field(1024, ge=16)
+    #: fine-tune only the top N decoder layers and the final norm; the embeddings (and a tied
+    #: output projection) and the layers below stay frozen, so the backward pass stops at the first
+    #: trainable layer (None: every weight). Cheaper steps where compute is scarce (a CPU cold start).
+    trainable_layers: PositiveInt | None = None
 
 
 class SFTConfig(Strict):
