@@ -22,7 +22,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from datasets import Dataset
-from transformers import Trainer, TrainerCallback
+from transformers import Trainer, TrainerCallback, set_seed
 
 from r3edge.core.config import StudentConfig, load_yaml
 from r3edge.core.errors import R3EdgeError
@@ -238,6 +238,8 @@ def train_student(
         )
 
     tp = config.train
+    # Before the model exists: a pretrained encoder's new label head is initialised from the global RNG.
+    set_seed(tp.seed)
     lm, scorer = create_student(config)
     targets = teacher_targets(table, scorer.spec.n_labels, labels_dir)
     gold = gold_targets(table, scorer.spec.n_labels, labels_dir) if tp.gold_weight > 0 else None

@@ -177,6 +177,23 @@ def test_tiny_encoder_trains_and_its_loss_drops(trained):
     assert scorer.spec.head == "classifier" and scorer.spec.fingerprint() == report["scorer_fingerprint"]
 
 
+def test_pretrained_encoder_with_a_new_head_trains_the_same_twice(tmp_path):
+    """Seed-deterministic: MiniLM's new label head is drawn from the seeded RNG, so two runs match bit for bit."""
+    from safetensors.numpy import load_file
+
+    from r3edge.cli import main
+
+    labels = write_labels(tmp_path / "labels")
+    weights = []
+    for run in ("a", "b"):
+        assert main(["train", str(labels), "--student", "minilm-encoder", "--out", str(tmp_path / run),
+                     "--max-steps", "2"]) == 0
+        weights.append(load_file(str(tmp_path / run / "model.safetensors")))
+    assert weights[0].keys() == weights[1].keys() and any("classifier" in k for k in weights[0])
+    for name, tensor in weights[0].items():
+        np.testing.assert_array_equal(tensor, weights[1][name], err_msg=name)
+
+
 def test_causal_student_loss_reaches_only_the_label_rows():
     """KL on the label logits: with an untied LM head, only the label-token rows get a gradient."""
     from r3edge.core.config import StudentConfig, load_yaml
