@@ -22,9 +22,7 @@ def configure(parser):
     parser.add_argument("--teacher", default="r3a-smollm2",
                         help="teacher config, a shipped name or a YAML path (judge + model + generation budgets)")
     parser.add_argument("--sft", default="r3a-smollm2-demo",
-                        help="the teacher's cold-start config (its teacher config must be --teacher's); "
-                             "r3a-smollm2-demo-judge trains 4x the steps for a teacher that judges "
-                             "(~22 min in all on 2 CPU cores instead of ~12)")
+                        help="the teacher's cold-start config (its teacher config must be --teacher's)")
     parser.add_argument("--sft-queries", type=int, default=10,
                         help="queries whose gold-labelled posts build the cold-start traces (10: one per demo topic)")
     parser.add_argument("--student", default="minilm-demo",
@@ -151,7 +149,8 @@ def _notes(teacher: Path, labels_train: Path, student: Path, args, on_train: dic
     learned = ("only the teacher's label distribution; it never saw a gold label" if not w else
                f"the teacher's label distribution (KL) mixed with cross-entropy on the same pairs' gold labels "
                f"at weight {w:g} (`train.gold_weight`): its ranking is not the teacher's alone. On the teacher "
-               "alone this student has not beaten the first-stage order here (see configs/student/minilm-demo.yaml)")
+               "alone this student does not reliably beat the first-stage order here (measured across seeds in "
+               "configs/student/minilm-demo.yaml)")
     return [
         f"Where the teacher's judgement comes from: SmolLM2-135M-Instruct cold-started (`{args.sft}`) on {sft['trained']} "
         f"verdicts templated from the gold labels of {args.sft_queries} other queries' posts (by label "
