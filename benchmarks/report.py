@@ -61,7 +61,8 @@ def markdown(results: dict) -> str:
     lines = [
         "# r3edge benchmark",
         "",
-        f"Machine: {m['cpu']}, {m['cores_usable']}/{m['cores_logical']} cores, {m['ram_gib']} GiB RAM, {m['os']}, "
+        f"Machine: {m['cpu']} ({' '.join(m.get('cpu_flags') or []) or 'SIMD flags unknown'}), "
+        f"{m['cores_usable']}/{m['cores_logical']} cores, {m['ram_gib']} GiB RAM, {m['os']}, "
         f"Python {m['python']}, onnxruntime {m['versions'].get('onnxruntime')}, torch {m['versions'].get('torch')}"
         + (f", GPU {'; '.join(m['gpus'])}" if m["gpus"] else ", no GPU") + f" — {m['timestamp']}",
         "",

@@ -40,7 +40,12 @@ def test_bench_cli_writes_results_report_and_plot(tiny_artifact, sample_pairs_fi
                "--requests", "4", "--concurrency", "2", "--pad-to", "100", "--out", str(out)])
     assert rc == 0
     results = json.loads((out / "results.json").read_text())
-    assert {"cpu", "cores_logical", "ram_gib", "os", "python", "versions", "gpus", "timestamp"} <= set(results["machine"])
+    assert {"cpu", "cpu_flags", "cores_logical", "ram_gib", "os", "python", "versions", "gpus", "timestamp"} <= set(results["machine"])
+    # the SIMD extensions decide CPU speed ("AMD EPYC" spans AVX2-only to AVX-512 + native bf16): read, not assumed
+    with open("/proc/cpuinfo", encoding="utf-8") as fh:
+        flags = set(next(line for line in fh if line.startswith("flags")).split(":", 1)[1].split())
+    assert results["machine"]["cpu_flags"] == [f for f in ("avx2", "avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16",
+                                                           "amx_bf16", "amx_int8") if f in flags]
     rows = {(r["system"], r["variant"]): r for r in results["systems"]}
     students = [r for r in results["systems"] if r["kind"] == "student"]
     assert sorted(r["variant"] for r in students) == ["fp32", "int8"]
@@ -58,6 +63,7 @@ def test_bench_cli_writes_results_report_and_plot(tiny_artifact, sample_pairs_fi
     # the teacher's soft labels put their argmax on the gold label
     assert teacher["accuracy"]["vs_gold"]["accuracy"] == 1.0
     report = (out / "report.md").read_text()
+    assert f"({' '.join(results['machine']['cpu_flags'])})" in report.splitlines()[2]
     assert "| system | variant | p50 ms" in report and "estimated from labeling records" in report
     main_table, same_pairs = report.split("## Same pairs for every system")
     assert main_table.count("\n| student") == 2 and "| teacher | tiny-teacher |" in main_table
