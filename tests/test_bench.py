@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 from conftest import SAMPLE_QUERIES
 
@@ -115,3 +116,21 @@ def test_bench_needs_exactly_one_system(sample_pairs_file):
 
     with pytest.raises(R3EdgeError, match="exactly one"):
         bench_systems(read_queries(sample_pairs_file))
+
+
+def test_runtime_profiles_the_servers_own_session(tiny_artifact, tmp_path):
+    """`profile_prefix` (benchmarks/scripts/ort_profile.py) profiles the session the server runs; scores unchanged."""
+    from r3edge.core.onnx_runtime import OnnxRuntime
+    from r3edge.core.scoring import score_pairs
+
+    q = SAMPLE_QUERIES[0]
+    queries, docs = [q["query"]] * len(q["candidates"]), [c["text"] for c in q["candidates"]]
+    plain = OnnxRuntime(tiny_artifact, variant="fp32")
+    profiled = OnnxRuntime(tiny_artifact, variant="fp32", profile_prefix=str(tmp_path / "prof"))
+    np.testing.assert_array_equal(score_pairs(plain.scorer, plain.label_logits, queries, docs),
+                                  score_pairs(profiled.scorer, profiled.label_logits, queries, docs))
+    path = profiled.session.end_profiling()
+    assert path.startswith(str(tmp_path / "prof"))
+    events = json.loads(open(path).read())
+    assert any(e.get("cat") == "Node" and e["name"].endswith("_kernel_time") and e["args"]["op_name"] == "MatMul"
+               for e in events)

@@ -4,8 +4,8 @@
         --heldout runs/held50.jsonl --requests 4
 
 Each variant runs ``--requests`` top-100 lists through ``score_pairs`` (the server's micro-batching)
-in a session with the runtime's options (all graph optimizations, 2 intra-op threads) and profiling
-on; kernel times are summed per op type and divided by the requests: milliseconds per top-100.
+in the server's own session (``OnnxRuntime``, single graph) with ONNX Runtime's profiler on; kernel
+times are summed per op type and divided by the requests: milliseconds per top-100.
 Prints a markdown table; the kernels' total is below the wall time (no tokenisation, no scheduling).
 """
 
@@ -16,26 +16,18 @@ import collections
 import json
 import tempfile
 
-import onnxruntime as ort
-
+from r3edge.core.onnx_runtime import OnnxRuntime
 from r3edge.core.pairs import read_queries
-from r3edge.core.scoring import Scorer, score_pairs
+from r3edge.core.scoring import score_pairs
 
 
 def op_times(artifact: str, variant: str, queries, threads: int) -> dict[str, float]:
     """Kernel milliseconds per top-100 request, by op type."""
-    opts = ort.SessionOptions()
-    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    opts.intra_op_num_threads = threads
-    opts.enable_profiling = True
-    opts.profile_file_prefix = tempfile.mkdtemp(prefix="r3edge-prof-") + f"/{variant}"
-    session = ort.InferenceSession(f"{artifact}/model.{variant}.onnx", opts, providers=["CPUExecutionProvider"])
-    names = [i.name for i in session.get_inputs()]
-    scorer = Scorer.load(artifact)
+    runtime = OnnxRuntime(artifact, variant=variant, threads=threads, prefix_reuse=False,
+                          profile_prefix=tempfile.mkdtemp(prefix="r3edge-prof-") + f"/{variant}")
     for q in queries:
-        score_pairs(scorer, lambda ids, mask: session.run(None, dict(zip(names, (ids, mask))))[0],
-                    [q.query] * len(q.candidates), [c.text for c in q.candidates])
-    with open(session.end_profiling()) as f:
+        score_pairs(runtime.scorer, runtime.label_logits, [q.query] * len(q.candidates), [c.text for c in q.candidates])
+    with open(runtime.session.end_profiling()) as f:
         events = json.load(f)
     by_op: collections.Counter = collections.Counter()
     for e in events:

@@ -69,7 +69,10 @@ class OnnxRuntime(Runtime):
         threads: int | None = None,
         device: str = "auto",
         prefix_reuse: bool = True,
+        profile_prefix: str | None = None,
     ):
+        """``profile_prefix`` turns on ONNX Runtime's profiler (``session.end_profiling()`` writes
+        its JSON there), so a per-op profile times exactly the session the server runs."""
         ort = require("onnxruntime", "serve")
         self.artifact_dir = Path(artifact_dir)
         self.manifest = read_manifest(self.artifact_dir)
@@ -100,6 +103,9 @@ class OnnxRuntime(Runtime):
         opts.inter_op_num_threads = 1
         if threads:
             opts.intra_op_num_threads = int(threads)
+        if profile_prefix:
+            opts.enable_profiling = True
+            opts.profile_file_prefix = profile_prefix
         self.threads = threads
         providers = _providers(device, self.variant, self.artifact_dir)
 
