@@ -17,15 +17,20 @@ from importlib import metadata
 PACKAGES = ("r3edge", "onnxruntime", "torch", "transformers", "numpy", "tokenizers", "grpcio", "protobuf")
 
 
-def _cpu_model() -> str:
+def _cpuinfo(field: str) -> str | None:
+    """The first ``field`` line of /proc/cpuinfo (Linux), its value only."""
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as fh:
             for line in fh:
-                if line.startswith("model name"):
+                if line.startswith(field):
                     return line.split(":", 1)[1].strip()
     except OSError:
         pass
-    return platform.processor() or platform.machine()
+    return None
+
+
+def _cpu_model() -> str:
+    return _cpuinfo("model name") or platform.processor() or platform.machine()
 
 
 #: The SIMD extensions that decide CPU speed here: "AMD EPYC" alone names boxes from AVX2-only
@@ -34,15 +39,8 @@ SIMD_FLAGS = ("avx2", "avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16", "amx_
 
 
 def _cpu_flags() -> list[str]:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as fh:
-            for line in fh:
-                if line.startswith("flags"):
-                    present = set(line.split(":", 1)[1].split())
-                    return [f for f in SIMD_FLAGS if f in present]
-    except OSError:
-        pass
-    return []
+    present = set((_cpuinfo("flags") or "").split())
+    return [f for f in SIMD_FLAGS if f in present]
 
 
 def _ram_gib() -> float | None:

@@ -195,7 +195,7 @@ def bench_systems(queries: Sequence[QueryCandidates], *, artifact: str | None = 
     return {
         "machine": machine_info(),
         "settings": {"artifact": artifact, "target": target, "threads": threads,
-                     "labels_dir": labels_dir, "n_queries": len(queries),
+                     "labels_dir": labels_dir, "label_values": list(label_values), "n_queries": len(queries),
                      "n_pairs": sum(len(q.candidates) for q in queries), **kw},
         "systems": rows,
         # what the reranker must beat: the order it was handed, on the same held-back pairs

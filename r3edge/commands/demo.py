@@ -116,15 +116,15 @@ def run(args) -> int:
 
     _step("6/6 bench: top-100 requests over gRPC, accuracy on the held-back split")
     from r3edge.benchmarks.report import write_report
-    from r3edge.benchmarks.systems import bench_systems, teacher_row
+    from r3edge.benchmarks.systems import accuracy_block, bench_systems, teacher_probs
     from r3edge.core.pairs import read_queries
 
     # every variant that passed its parity checks (a rejected int8 is recorded in export_report.json)
     results = bench_systems(read_queries(heldout), artifact=str(artifact), variants=None,
                             labels_dir=str(labels_heldout), requests=args.requests)
     # whether the teacher judges: its labels of the student's training pairs against their gold labels
-    label_values = results["systems"][0].get("label_values") or (0.0, 1.0, 2.0)
-    results["teacher_on_training_pairs"] = teacher_row(read_queries(pairs), labels_train, label_values)["accuracy"].get("vs_gold")
+    results["teacher_on_training_pairs"] = accuracy_block(read_queries(pairs), teacher_probs(labels_train)[0],
+                                                          results["settings"]["label_values"], None).get("vs_gold")
     results["notes"] = _notes(teacher, labels_train, student, args, results["teacher_on_training_pairs"])
     results["settings"]["demo_wall_s"] = round(time.time() - t0, 1)
     paths = write_report(results, out)
