@@ -7,8 +7,11 @@ Transpose, Where, IsNaN, Softmax, two MatMuls), and ONNX Runtime's BERT optimize
 attention. The TorchScript exporter (``dynamo=False``) with eager attention emits the pattern the
 optimizer was written for, and it fuses the whole encoder: ``EmbedLayerNormalization`` (word +
 position + segment embeddings and the first LayerNorm in one kernel, the key-padding mask as
-``mask_index``), 6 ``MultiHeadAttention`` (softmax with the mask inside one kernel),
-12 ``SkipLayerNormalization`` and 6 ``BiasGelu``. What is left are the 36 weight MatMuls, which
+``mask_index``), 6 ``MultiHeadAttention`` (softmax with the mask inside one kernel) and 6
+``BiasGelu``. Residual + LayerNorm is left as ``Add`` + ``LayerNormalization`` on purpose: the fused
+``SkipLayerNormalization`` CPU kernel was ~5x slower here (4.3 vs 0.86 ms on [50, 85, 384]), 12 of
+them ~60 ms of the int8 graph's ~400 per top-100; sessions keep onnxruntime from re-fusing them
+(``r3edge.core.onnx_runtime.DISABLED_OPTIMIZERS``). What is left are the 36 weight MatMuls, which
 stay plain ``MatMul`` nodes on purpose: the quantizers (r3edge.export.quantize) rewrite exactly
 those. ``MultiHeadAttention`` rather than ``Attention`` is asked for for the same reason:
 ``Attention`` packs the Q/K/V projections inside the op, where no quantizer can reach them.
@@ -66,6 +69,10 @@ def export_fused_encoder(encoder, scoring_model, example: tuple, out_path: Path,
             options = FusionOptions(FUSABLE[cfg.model_type])
             options.use_multi_head_attention = True
             options.attention_op_type = AttentionOpType.MultiHeadAttention
+            # Residual + LayerNorm stay Add + LayerNormalization: onnxruntime's CPU
+            # SkipLayerNormalization kernel is ~5x slower (r3edge.core.onnx_runtime.DISABLED_OPTIMIZERS)
+            options.enable_skip_layer_norm = False
+            options.enable_bias_skip_layer_norm = False
             opt = optimize_model(str(raw), model_type=FUSABLE[cfg.model_type], num_heads=cfg.num_attention_heads,
                                  hidden_size=cfg.hidden_size, optimization_options=options, opt_level=0)
     finally:

@@ -108,11 +108,9 @@ def _fused_encoder(lm, model, scorer: Scorer, example: tuple, out_path: Path, lo
 
 
 def _ort_runner(path: Path, threads: int | None):
-    ort = require("onnxruntime", "export")
-    opts = ort.SessionOptions()
-    if threads:
-        opts.intra_op_num_threads = threads
-    sess = ort.InferenceSession(str(path), sess_options=opts, providers=["CPUExecutionProvider"])
+    from r3edge.core.onnx_runtime import open_session
+
+    sess = open_session(path, threads)
     return lambda ids, mask: sess.run([OUTPUT_NAME], {"input_ids": ids, "attention_mask": mask})[0]
 
 

@@ -69,15 +69,9 @@ def export_prefix_graphs(lm, scorer: Scorer, out_dir: str | Path, queries: Seque
 
 
 def ort_prefix_runner(artifact_dir: str | Path, entry: dict, n_labels: int, threads: int | None = None) -> OnnxPrefixRunner:
-    ort = require("onnxruntime", "export")
+    from r3edge.core.onnx_runtime import open_session
 
-    def make_session(path):
-        opts = ort.SessionOptions()
-        if threads:
-            opts.intra_op_num_threads = threads
-        return ort.InferenceSession(str(path), sess_options=opts, providers=["CPUExecutionProvider"])
-
-    return OnnxPrefixRunner(artifact_dir, entry, make_session, n_labels)
+    return OnnxPrefixRunner(artifact_dir, entry, lambda path: open_session(path, threads), n_labels)
 
 
 def check_prefix_graphs(scorer: Scorer, runner, ref_logits: np.ndarray, queries: Sequence[str], docs: Sequence[str], *,

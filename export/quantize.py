@@ -67,6 +67,20 @@ noisy):
   through the u8u8 kernels (no vpmaddubsw saturation; top-10 0.964, max |Δlogit| 0.25, but 763 vs
   639 ms), and one static per-tensor activation scale and zero point fed straight to the kernel
   (566-592 ms, but top-10 0.87-0.90).
+* The GELU output (the FFN-down MatMul's input, 1536 wide) carries most of the error: on the
+  demo student, 25 held-back top-100 lists, 2 AVX-512 cores, keeping those 6 MatMuls in fp32 lifts
+  int8-smooth's top-10 overlap from 0.964 to 0.984 (max |Δlogit| 0.95 -> 0.37) but costs a third of
+  the int8 speed-up (407 vs 307 ms per top-100). ``int8-smooth`` therefore quantizes it unsigned
+  (``unsigned_gelu``: GELU >= -0.17, so shifted by 0.17 it fits [0, max] with zero point 0, and
+  ``-0.17 · colsum(W)`` is added back): 0.972 top-10 overlap, max |Δlogit| 0.67, same speed.
+  8-bit weights on top (VNNI has no vpmaddubsw saturation; 7 bits stay the default because an
+  artifact may be served on an AVX2 box) give max |Δlogit| 0.29 but no better top-10 (0.964).
+* Until the fused graph kept ``LayerNormalization`` unfused, the static ``int8`` variant had no
+  activation quantized at all: onnxruntime's quantizer calibrates only tensors whose type onnx can
+  infer, and every MatMul input was a contrib op's output. It was weight-only int8 (run by ORT as
+  ``MatMulNBits`` with fp32 compute) under a static-QDQ name, which is why it kept accuracy
+  (top-10 0.980) and gave no speed. Now 11 of 24 inputs (the LayerNorm outputs) get static
+  scales, and top-10 falls to 0.93; the export report counts ``quantized_activation_inputs``.
 * The static ``int8`` graph's float64 Softmax (its batch-invariance fix) cost 25% of its kernel time
   on the unfused encoder graph (572 ms of Softmax per top-100 vs 30 ms in fp32); on the fused graph
   the softmax is inside MultiHeadAttention and no float64 cast is inserted.
@@ -102,6 +116,8 @@ class QuantPreset:
     #: rows multiplied by it (calibrated amax_x), which flattens the activation outlier channels
     #: that set a per-row scale
     smooth_alpha: float = 0.0
+    #: per-row presets: quantize GELU outputs (>= GELU_MIN) shifted to non-negative, with zero point 0
+    unsigned_gelu: bool = False
     description: str = ""
 
     def to_json(self) -> dict:
@@ -111,7 +127,8 @@ class QuantPreset:
 PRESETS: dict[str, QuantPreset] = {
     "int8": QuantPreset(
         "int8", "static_qdq", batch_invariant=True,
-        description="static QDQ: uint8 activations (calibrated MinMax), per-channel int8 weights, weight MatMuls only",
+        description="static QDQ: per-channel int8 weights on the weight MatMuls; uint8 activations (calibrated MinMax) "
+        "only where onnx infers the activation's type (export report: quantized_activation_inputs)",
     ),
     "int8-row": QuantPreset(
         "int8-row", "dynamic_per_row", batch_invariant=True, calibrate_method="", weight_bits=7,
@@ -120,9 +137,10 @@ PRESETS: dict[str, QuantPreset] = {
     ),
     "int8-smooth": QuantPreset(
         "int8-smooth", "dynamic_per_row", batch_invariant=True, calibrate_method="absmax", weight_bits=7,
-        smooth_alpha=0.5,
+        smooth_alpha=0.5, unsigned_gelu=True,
         description="int8-row after SmoothQuant (alpha 0.5): static per-channel factors from the calibration pairs "
-        "move activation outliers into the weights; batch invariant by construction",
+        "move activation outliers into the weights; GELU outputs quantized shifted to non-negative (zero point 0); "
+        "batch invariant by construction",
     ),
     "int8-dynamic": QuantPreset(
         "int8-dynamic", "dynamic", batch_invariant=False, per_channel=False, calibrate_method="",
@@ -140,6 +158,10 @@ PRESETS: dict[str, QuantPreset] = {
     ),
 }
 VARIANTS = ("fp32", *PRESETS)
+
+
+#: the minimum of GELU(x) = x·Φ(x) (at x ≈ -0.7518), rounded down
+GELU_MIN = -0.17
 
 
 def weight_matmuls(model_path: Path) -> list[str]:
@@ -255,9 +277,28 @@ def _activation_absmax(fp32_path: Path, feeds: list[dict[str, np.ndarray]], name
     return amax
 
 
+def _activation_coverage(q_path: Path, fp32_path: Path) -> dict:
+    """How many weight-MatMul inputs the static quantizer really quantized.
+
+    onnxruntime's quantizer calibrates only tensors whose type onnx can infer; outputs of contrib
+    ops (``MultiHeadAttention``, ``BiasGelu``) have none, so on the fused encoder their MatMuls
+    get int8 weights but fp32 activations (ORT then runs them as weight-only ``MatMulNBits``).
+    Before the fused graph kept ``LayerNormalization``, no activation at all was quantized and
+    this variant was weight-only int8 under a static-QDQ name; the export report now says so.
+    """
+    import onnx
+
+    model = onnx.load(str(q_path), load_external_data=False)
+    quantized = {n.output[0] for n in model.graph.node if n.op_type == "DequantizeLinear"
+                 and any(p.op_type == "QuantizeLinear" and p.output[0] == n.input[0] for p in model.graph.node)}
+    inputs = _weight_matmul_inputs(onnx.load(str(fp32_path)))
+    used = {n.input[0] for n in model.graph.node if n.op_type == "MatMul"}
+    return {"weight_matmul_inputs": len(inputs), "quantized_activation_inputs": len(quantized & used)}
+
+
 def _per_row_int8(fp32_path: Path, out_path: Path, weight_bits: int, activation_bits: int, external: bool,
                   exclude: tuple[str, ...] = (), smooth: dict[str, np.ndarray] | None = None,
-                  alpha: float = 0.5) -> dict:
+                  alpha: float = 0.5, gelu_unsigned: bool = False) -> dict:
     """Rewrite every weight MatMul ``X·W`` of ``fp32_path`` as a per-row dynamic int8 MatMul.
 
     Per row of ``X`` (one token), in the graph: ``s = max|x| / 127``; ``xq = QuantizeLinear(x, s,
@@ -295,13 +336,22 @@ def _per_row_int8(fp32_path: Path, out_path: Path, weight_bits: int, activation_
         numpy_helper.from_array(np.array(zp, np.uint8), "r3_zp128"),
         numpy_helper.from_array(np.array(1.0, np.float32), "r3_one"),
     ]
+    # GELU outputs are >= GELU_MIN: shifted by -GELU_MIN they are non-negative, and a per-row
+    # scale over [0, max] with zero point 0 uses all 256 uint8 steps instead of the ~128 a
+    # symmetric scale leaves them (their negative side is only 0.17 deep); smoothing divides after the shift
+    gelu_out = {o for nd in g.node if nd.op_type in ("BiasGelu", "Gelu") for o in nd.output} if gelu_unsigned else set()
     factors: dict[str, np.ndarray] = {}
     for x, ws in (_weight_matmul_inputs(model).items() if smooth else ()):
         if x in smooth:
             w_amax = np.max([np.abs(numpy_helper.to_array(w)).max(axis=1) for w in ws], axis=0)
             f = np.power(np.maximum(smooth[x], 1e-5), alpha) / np.power(np.maximum(w_amax, 1e-5), 1 - alpha)
             factors[x] = np.clip(f, 1e-2, 1e2).astype(np.float32)
-    rows: dict[str, tuple[str, str]] = {}
+    if gelu_out:
+        consts += [numpy_helper.from_array(np.array(-GELU_MIN, np.float32), "r3_gelu_shift"),
+                   numpy_helper.from_array(np.array(1 / (2 ** activation_bits - 1), np.float32), "r3_row_inv255"),
+                   numpy_helper.from_array(np.array([0], np.uint8), "r3_row_zp0"),
+                   numpy_helper.from_array(np.array(0, np.uint8), "r3_zp0")]
+    rows: dict[str, tuple[str, str, str]] = {}
     nodes, n = [], 0
     for node in g.node:
         w = inits.get(node.input[1]) if node.op_type == "MatMul" and len(node.input) == 2 else None
@@ -317,30 +367,51 @@ def _per_row_int8(fp32_path: Path, out_path: Path, weight_bits: int, activation_
         wq = np.clip(np.round(weight / scale), -qmax, qmax).astype(np.int8)
         wq_name, ws_name = f"{w.name}_r3q{n}", f"{w.name}_r3s{n}"
         consts += [numpy_helper.from_array(wq, wq_name), numpy_helper.from_array(scale.astype(np.float32), ws_name)]
+        unsigned = x in gelu_out
         if x not in rows:
             p = f"r3_row{len(rows)}_"
             src = x
+            if unsigned:  # x - GELU_MIN >= 0: its max is the row's range, zero point 0
+                nodes.append(helper.make_node("Add", [x, "r3_gelu_shift"], [p + "shifted"], name=p + "shift"))
+                src = p + "shifted"
             if x in factors:
-                src = p + "smoothed"
                 consts.append(numpy_helper.from_array((1.0 / factors[x]).astype(np.float32), p + "inv_s"))
-                nodes.append(helper.make_node("Mul", [x, p + "inv_s"], [src], name=p + "smooth"))
+                nodes.append(helper.make_node("Mul", [src, p + "inv_s"], [p + "smoothed"], name=p + "smooth"))
+                src = p + "smoothed"
+            if unsigned:
+                nodes += [
+                    helper.make_node("ReduceMax", [src, "r3_row_axes"], [p + "amax"], keepdims=1, name=p + "amax"),
+                    helper.make_node("Mul", [p + "amax", "r3_row_inv255"], [p + "s0"], name=p + "s0"),
+                ]
+                zp, zp_scalar = "r3_row_zp0", "r3_zp0"
+            else:
+                nodes += [
+                    helper.make_node("Abs", [src], [p + "abs"], name=p + "abs"),
+                    helper.make_node("ReduceMax", [p + "abs", "r3_row_axes"], [p + "amax"], keepdims=1,
+                                     name=p + "amax"),
+                    helper.make_node("Mul", [p + "amax", "r3_row_inv127"], [p + "s0"], name=p + "s0"),
+                ]
+                zp, zp_scalar = "r3_row_zp", "r3_zp128"
             nodes += [
-                helper.make_node("Abs", [src], [p + "abs"], name=p + "abs"),
-                helper.make_node("ReduceMax", [p + "abs", "r3_row_axes"], [p + "amax"], keepdims=1, name=p + "amax"),
-                helper.make_node("Mul", [p + "amax", "r3_row_inv127"], [p + "s0"], name=p + "s0"),
                 helper.make_node("Max", [p + "s0", "r3_row_eps"], [p + "scale"], name=p + "scale"),
                 helper.make_node("Shape", [p + "scale"], [p + "shape"], name=p + "shape"),
-                helper.make_node("Expand", ["r3_row_zp", p + "shape"], [p + "zp"], name=p + "zp"),
+                helper.make_node("Expand", [zp, p + "shape"], [p + "zp"], name=p + "zp"),
                 helper.make_node("QuantizeLinear", [src, p + "scale", p + "zp"], [p + "q"], axis=-1,
                                  block_size=int(weight.shape[0]), name=p + "quantize"),
             ]
-            rows[x] = (p + "q", p + "scale")
-        xq, xs = rows[x]
+            rows[x] = (p + "q", p + "scale", zp_scalar)
+        xq, xs, xzp = rows[x]
+        out = y + "_r3shifted" if unsigned else y
         nodes += [
-            helper.make_node("MatMulIntegerToFloat", [xq, wq_name, "r3_one", ws_name, "r3_zp128"], [y + "_r3cols"],
+            helper.make_node("MatMulIntegerToFloat", [xq, wq_name, "r3_one", ws_name, xzp], [y + "_r3cols"],
                              domain="com.microsoft", name=f"{node.name or y}_int8"),
-            helper.make_node("Mul", [y + "_r3cols", xs], [y], name=f"{node.name or y}_rowscale"),
+            helper.make_node("Mul", [y + "_r3cols", xs], [out], name=f"{node.name or y}_rowscale"),
         ]
+        if unsigned:  # (x - GELU_MIN)·W + GELU_MIN·colsum(W) = x·W (the fp32 weights, a constant)
+            fix = f"{w.name}_r3shift{n}"
+            exact = numpy_helper.to_array(w).astype(np.float32)  # the fp32 weights, before smoothing
+            consts.append(numpy_helper.from_array((GELU_MIN * exact.sum(axis=0)).astype(np.float32), fix))
+            nodes.append(helper.make_node("Add", [out, fix], [y], name=f"{node.name or y}_unshift"))
         n += 1
     del g.node[:]
     g.node.extend(nodes)
@@ -360,6 +431,7 @@ def _per_row_int8(fp32_path: Path, out_path: Path, weight_bits: int, activation_
     else:
         onnx.save(model, str(out_path))
     return {"quantized_matmuls": n, "quantized_inputs": len(rows), "weight_bits": weight_bits,
+            "unsigned_gelu_inputs": sum(1 for r in rows.values() if r[2] == "r3_zp0"),
             "activation_bits": activation_bits, "smoothed_inputs": len(factors),
             **({"smooth_alpha": alpha} if factors else {})}
 
@@ -403,7 +475,7 @@ def quantize(
             smooth = _activation_absmax(fp32_path, feeds, names)
             info["calibration_pairs"] = _pairs_in(feeds)
         info.update(_per_row_int8(fp32_path, out_path, preset.weight_bits, preset.activation_bits, _external(fp32_path),
-                                  smooth=smooth, alpha=preset.smooth_alpha))
+                                  smooth=smooth, alpha=preset.smooth_alpha, gelu_unsigned=preset.unsigned_gelu))
         # a no-op on fused encoder graphs (their softmax is inside MultiHeadAttention)
         info["float64_softmax"] = _softmax_in_float64(out_path, _external(fp32_path))
     elif preset.kind == "dynamic":
@@ -436,6 +508,7 @@ def quantize(
         )
         info["float64_softmax"] = _softmax_in_float64(out_path, _external(fp32_path))
         info["quantized_matmuls"] = len(nodes)
+        info.update(_activation_coverage(out_path, fp32_path))
         info["calibration_batches"] = len(feeds)
         info["calibration_pairs"] = _pairs_in(feeds)
     else:

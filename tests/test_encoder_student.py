@@ -253,6 +253,33 @@ def test_fp32_graph_is_fused(artifact):
     blocked = [n for n in row if n.op_type == "QuantizeLinear"]  # one scale per row: block = the whole row
     assert blocked and all(a.i in (64, 128) for n in blocked for a in n.attribute if a.name == "block_size")
     assert report["quantization"]["int8-row"]["quantized_matmuls"] == 12
+    # the int8-smooth graph quantizes each layer's GELU output unsigned (zero point 0)
+    assert report["quantization"]["int8-smooth"]["unsigned_gelu_inputs"] == 2
+
+
+def test_residual_layer_norm_stays_unfused_in_the_served_session(artifact, tmp_path):
+    """Residual + LayerNorm is ``Add`` + ``LayerNormalization`` in the exported graph and stays so
+    in the session the server opens (onnxruntime would re-fuse it into the ~5x slower CPU
+    ``SkipLayerNormalization``; r3edge.core.onnx_runtime.DISABLED_OPTIMIZERS)."""
+    import onnx
+    import onnxruntime as ort
+
+    from r3edge.core.onnx_runtime import DISABLED_OPTIMIZERS, open_session
+
+    ops = [n.op_type for n in onnx.load(str(artifact / "model.fp32.onnx")).graph.node]
+    assert "SkipLayerNormalization" not in ops and ops.count("LayerNormalization") == 2 * 2  # 2 per layer
+
+    def optimized_ops(disabled) -> list[str]:
+        opts = ort.SessionOptions()
+        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
+        opts.optimized_model_filepath = str(tmp_path / f"opt{len(disabled)}.onnx")
+        ort.InferenceSession(str(artifact / "model.int8-smooth.onnx"), opts, providers=["CPUExecutionProvider"],
+                             disabled_optimizers=list(disabled))
+        return [n.op_type for n in onnx.load(opts.optimized_model_filepath).graph.node]
+
+    assert "SkipLayerNormalization" in optimized_ops(())  # what onnxruntime does left alone
+    assert "SkipLayerNormalization" not in optimized_ops(DISABLED_OPTIMIZERS)
+    open_session(artifact / "model.int8-smooth.onnx", threads=1)  # the server's factory takes the same list
 
 
 @pytest.mark.parametrize("variant,tol", [("fp32", 1e-5), ("int8", 1e-4), ("int8-row", 1e-5),

@@ -22,6 +22,35 @@ from r3edge.core.scoring import Scorer
 
 DEVICES = ("auto", "cpu", "cuda", "tensorrt")
 
+#: ONNX Runtime graph rewrites every r3edge session turns off. ``SkipLayerNormFusion`` folds
+#: ``Add`` (+ bias ``Add``) + ``LayerNormalization`` back into ``SkipLayerNormalization``, whose CPU
+#: kernel (onnxruntime 1.32) took 4.3 ms on a [50, 85, 384] input where the two Adds and
+#: ``LayerNormalization`` took 0.86 ms (2 threads, AVX-512 box): 12 of them cost the fused int8
+#: encoder ~60 ms per top-100. The export writes the unfused form (r3edge.export.fusion).
+DISABLED_OPTIMIZERS = ("SkipLayerNormFusion",)
+
+
+def open_session(path: str | Path, threads: int | None = None, providers: list | None = None,
+                 profile_prefix: str | None = None):
+    """The ``InferenceSession`` every r3edge caller scores with (server, export parity, benchmarks):
+    full graph optimisation minus :data:`DISABLED_OPTIMIZERS`, sequential execution, ``threads``
+    intra-op threads (ONNX Runtime's default when None)."""
+    ort = require("onnxruntime", "serve")
+    opts = ort.SessionOptions()
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    opts.inter_op_num_threads = 1
+    if threads:
+        opts.intra_op_num_threads = int(threads)
+    if profile_prefix:
+        opts.enable_profiling = True
+        opts.profile_file_prefix = profile_prefix
+    try:
+        return ort.InferenceSession(str(path), sess_options=opts, providers=providers or ["CPUExecutionProvider"],
+                                    disabled_optimizers=list(DISABLED_OPTIMIZERS))
+    except Exception as exc:  # onnxruntime raises its own exception types
+        raise R3EdgeError(f"onnxruntime could not load {path}: {exc}", "re-run `r3edge export`") from exc
+
 
 def _providers(device: str, variant: str, artifact_dir: Path) -> list:
     """Provider list for ``device``; ``auto`` takes CUDA when this onnxruntime build has it."""
@@ -73,7 +102,6 @@ class OnnxRuntime(Runtime):
     ):
         """``profile_prefix`` turns on ONNX Runtime's profiler (``session.end_profiling()`` writes
         its JSON there), so a per-op profile times exactly the session the server runs."""
-        ort = require("onnxruntime", "serve")
         self.artifact_dir = Path(artifact_dir)
         self.manifest = read_manifest(self.artifact_dir)
         # Scorer.load fails with a fix when scorer.json is missing or its label ids do not belong
@@ -97,23 +125,11 @@ class OnnxRuntime(Runtime):
         if not self.model_path.is_file():
             raise R3EdgeError(f"{self.model_path} listed in {MANIFEST_FILE} is missing", "re-run `r3edge export`")
 
-        opts = ort.SessionOptions()
-        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-        opts.inter_op_num_threads = 1
-        if threads:
-            opts.intra_op_num_threads = int(threads)
-        if profile_prefix:
-            opts.enable_profiling = True
-            opts.profile_file_prefix = profile_prefix
         self.threads = threads
         providers = _providers(device, self.variant, self.artifact_dir)
 
         def make_session(path: Path):
-            try:
-                return ort.InferenceSession(str(path), sess_options=opts, providers=providers)
-            except Exception as exc:  # onnxruntime raises its own exception types
-                raise R3EdgeError(f"onnxruntime could not load {path}: {exc}", "re-run `r3edge export`") from exc
+            return open_session(path, threads, providers, profile_prefix)
 
         self.session = make_session(self.model_path)
         self.providers = self.session.get_providers()

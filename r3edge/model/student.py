@@ -25,7 +25,15 @@ from torch import nn
 from r3edge.core.config import StudentConfig
 from r3edge.core.errors import R3EdgeError
 from r3edge.core.fileio import partial_dir, publish_dir
-from r3edge.core.scoring import DEFAULT_INSTRUCTION, PromptTemplate, Scorer, Scoring, score_pairs
+from r3edge.core.scoring import (
+    DEFAULT_INSTRUCTION,
+    DEFAULT_MAX_BATCH_SIZE,
+    DEFAULT_MAX_BATCH_TOKENS,
+    PromptTemplate,
+    Scorer,
+    Scoring,
+    score_pairs,
+)
 from r3edge.model.loading import load_causal_lm, load_encoder, load_model, load_tokenizer
 
 #: ModelSpec.kind -> the ScorerSpec.head that scores it
@@ -176,7 +184,8 @@ def save_student(lm: nn.Module, scorer: Scorer, out_dir: str | Path, extra_files
     return publish_dir(tmp, out_dir)
 
 
-def lm_score_fn(lm, scorer: Scorer, *, max_batch_tokens: int = 8192, max_batch_size: int = 64,
+def lm_score_fn(lm, scorer: Scorer, *, max_batch_tokens: int = DEFAULT_MAX_BATCH_TOKENS,
+                max_batch_size: int = DEFAULT_MAX_BATCH_SIZE,
                 name: str = "torch") -> Scoring:
     """Score with an in-memory student through :func:`scoring_module` (right after training, and
     as the PyTorch reference of export parity)."""
