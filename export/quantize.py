@@ -289,8 +289,8 @@ def _activation_coverage(q_path: Path, fp32_path: Path) -> dict:
     import onnx
 
     model = onnx.load(str(q_path), load_external_data=False)
-    quantized = {n.output[0] for n in model.graph.node if n.op_type == "DequantizeLinear"
-                 and any(p.op_type == "QuantizeLinear" and p.output[0] == n.input[0] for p in model.graph.node)}
+    q_out = {n.output[0] for n in model.graph.node if n.op_type == "QuantizeLinear"}
+    quantized = {n.output[0] for n in model.graph.node if n.op_type == "DequantizeLinear" and n.input[0] in q_out}
     inputs = _weight_matmul_inputs(onnx.load(str(fp32_path)))
     used = {n.input[0] for n in model.graph.node if n.op_type == "MatMul"}
     return {"weight_matmul_inputs": len(inputs), "quantized_activation_inputs": len(quantized & used)}
