@@ -125,7 +125,7 @@ def main() -> int:
     ap.add_argument("--serve", default=None, help="variant to serve over gRPC (default: the artifact's default)")
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--bf16-reps", type=int, default=3, help="bf16 is emulated (slow) without native bf16: fewer rounds")
-    ap.add_argument("--budgets", default="512,2048,8192",
+    ap.add_argument("--budgets", default="256,1024,2048,8192",
                     help="other micro-batch budgets (padded tokens) timed for torch fp32/bf16 and the served variant "
                          "in-process, so the PyTorch baseline is tuned too; the best torch row of any budget is the "
                          "baseline of the ratios")

@@ -388,12 +388,14 @@ def softmax(x: np.ndarray) -> np.ndarray:
 
 
 #: Padded tokens per micro-batch, the default of every scorer (server, benchmarks, evaluation).
-#: Measured on the demo's MiniLM student (top-100s of ~42 tokens a pair, 2 AVX-512 cores), three
-#: interleaved sweeps over 512-8,192: 512 and 1,024 were the fastest, within the box's noise of each
-#: other, for the int8 and fp32 artifacts and for torch fp32 and bf16 alike; 8,192 (the old default)
-#: was 1.1-1.6x slower (smaller batches keep activations in cache and pad attention less).
-#: benchmarks/scripts/cpu_speed.py sweeps it again. A GPU wants more: raise ``max_batch_tokens``.
-DEFAULT_MAX_BATCH_TOKENS = 1024
+#: Measured on the demo's MiniLM student (top-100s of ~42 tokens a pair, 2 AVX-512 cores) in four
+#: interleaved sweeps over 256-8,192: 512 was the int8 artifact's fastest in three and within noise
+#: in the fourth (the last one, 8 top-100s x 4 reps, p50: 256 tokens 296 ms, 384 266, 512 255, 768 260,
+#: 1,024 280); torch bf16 was flat from 384 to 1,024 (454-466 ms) and torch fp32 from 512 to 1,024;
+#: 8,192 (the old default) was 1.1-1.6x slower for every runtime (smaller batches keep activations in
+#: cache and pad attention less). benchmarks/scripts/cpu_speed.py sweeps it again. A GPU wants
+#: more: raise ``max_batch_tokens``.
+DEFAULT_MAX_BATCH_TOKENS = 512
 DEFAULT_MAX_BATCH_SIZE = 64
 
 
