@@ -366,11 +366,13 @@ def _activation_coverage(q_path: Path, fp32_path: Path) -> dict:
 
 
 def _row_quantizer(x: str, p: str, width: int, unsigned: bool, factor: np.ndarray | None,
-                   nodes: list, consts: list) -> tuple[str, str, str]:
+                   nodes: list, consts: list, zero_points: dict, lead: tuple | None) -> tuple[str, str, str]:
     """Nodes quantizing ``x`` per row (appended to ``nodes``): ``(quantized, row scale, zero point)``.
 
     The row scale is ``max|x / s| / 127`` (``s``: the SmoothQuant factors, if any), or for GELU
-    outputs ``max(x - GELU_MIN) / 255`` with zero point 0.
+    outputs ``max(x - GELU_MIN) / 255`` with zero point 0. ``lead`` is ``x``'s shape without its last
+    dimension when it is known symbolically: inputs of one ``lead`` share one expanded zero point
+    (``zero_points`` holds them).
     """
     from onnx import helper, numpy_helper
 
@@ -392,11 +394,31 @@ def _row_quantizer(x: str, p: str, width: int, unsigned: bool, factor: np.ndarra
     if unsigned:  # no zero point input: uint8 with zero point 0
         inputs, zp = [src, p + "scale"], "r3_zp0"
     else:  # blocked QuantizeLinear wants a zero point of its scale's shape (ORT rejects a scalar)
-        nodes += [helper.make_node("Shape", [p + "scale"], [p + "shape"], name=p + "shape"),
-                  helper.make_node("Expand", ["r3_row_zp", p + "shape"], [p + "zp"], name=p + "zp")]
-        inputs, zp = [src, p + "scale", p + "zp"], "r3_zp128"
+        if lead is None or lead not in zero_points:
+            nodes += [helper.make_node("Shape", [p + "scale"], [p + "shape"], name=p + "shape"),
+                      helper.make_node("Expand", ["r3_row_zp", p + "shape"], [p + "zp"], name=p + "zp")]
+            if lead is not None:
+                zero_points[lead] = p + "zp"
+        inputs, zp = [src, p + "scale", zero_points.get(lead, p + "zp")], "r3_zp128"
     nodes.append(helper.make_node("QuantizeLinear", inputs, [p + "q"], axis=-1, block_size=width, name=p + "quantize"))
     return p + "q", p + "scale", zp
+
+
+def _leading_dims(model) -> dict[str, tuple]:
+    """Tensor name -> its shape without the last dimension, where ORT's symbolic shape inference
+    (which knows the contrib ops of fused graphs) names every dimension; {} if it cannot run."""
+    try:
+        from onnxruntime.tools.symbolic_shape_infer import SymbolicShapeInference
+
+        inferred = SymbolicShapeInference.infer_shapes(model, auto_merge=True)
+    except Exception:  # noqa: BLE001 - an optimisation only: every input then gets its own zero point
+        return {}
+    out = {}
+    for vi in [*inferred.graph.input, *inferred.graph.value_info]:
+        dims = [d.dim_param or d.dim_value for d in vi.type.tensor_type.shape.dim]
+        if len(dims) > 1 and all(dims):
+            out[vi.name] = tuple(dims[:-1])
+    return out
 
 
 def _fold_into_bias(nodes: list, tensors: dict, consts: list) -> list:
@@ -483,6 +505,7 @@ def _per_row_int8(fp32_path: Path, out_path: Path, weight_bits: int, activation_
                    numpy_helper.from_array(np.array(1 / (2 ** activation_bits - 1), np.float32), "r3_row_inv255"),
                    numpy_helper.from_array(np.array(0, np.uint8), "r3_zp0")]
     rows: dict[str, tuple[str, str, str]] = {}
+    leads, zero_points = _leading_dims(model), {}
     nodes, n = [], 0
     for node in g.node:
         w = inits.get(node.input[1]) if node.op_type == "MatMul" and len(node.input) == 2 else None
@@ -492,7 +515,8 @@ def _per_row_int8(fp32_path: Path, out_path: Path, weight_bits: int, activation_
         x, y = node.input[0], node.output[0]
         unsigned = x in gelu_out
         if x not in rows:
-            rows[x] = _row_quantizer(x, f"r3_row{len(rows)}_", int(w.dims[0]), unsigned, factors.get(x), nodes, consts)
+            rows[x] = _row_quantizer(x, f"r3_row{len(rows)}_", int(w.dims[0]), unsigned, factors.get(x), nodes, consts,
+                                     zero_points, leads.get(x))
         xq, xs, xzp = rows[x]
         weight = numpy_helper.to_array(w).astype(np.float32)
         if x in factors:

@@ -253,8 +253,15 @@ def test_fp32_graph_is_fused(artifact):
     blocked = [n for n in row if n.op_type == "QuantizeLinear"]  # one scale per row: block = the whole row
     assert blocked and all(a.i in (64, 128) for n in blocked for a in n.attribute if a.name == "block_size")
     assert report["quantization"]["int8-row"]["quantized_matmuls"] == 12
-    # the int8-smooth graph quantizes each layer's GELU output unsigned (zero point 0)
-    assert report["quantization"]["int8-smooth"]["unsigned_gelu_inputs"] == 2
+    # the int8-smooth graph quantizes each layer's GELU output unsigned (zero point 0), the shift's
+    # constant product joins the FFN output bias, the row scales go into the int8 MatMuls (no Mul after
+    # them), and every signed row quantizer shares one zero-point tensor (all are [batch, sequence, 1])
+    smooth = report["quantization"]["int8-smooth"]
+    assert smooth["unsigned_gelu_inputs"] == 2 and smooth["unshift_adds"] == 0 and smooth["gptq"] is True
+    nodes = onnx.load(str(artifact / "model.int8-smooth.onnx")).graph.node
+    scaled = {n.output[0] for n in nodes if n.op_type == "MatMulIntegerToFloat"}
+    assert not any(n.op_type == "Mul" and set(n.input) & scaled for n in nodes)
+    assert [n.op_type for n in nodes].count("Expand") == 1
 
 
 def test_residual_layer_norm_stays_unfused_in_the_served_session(artifact, tmp_path):
