@@ -455,25 +455,27 @@ def _per_row_int8(fp32_path: Path, out_path: Path, weight_bits: int, activation_
                   alpha: float = 0.0, gelu_unsigned: bool = False, gptq: bool = False) -> dict:
     """Rewrite every weight MatMul ``X·W`` of ``fp32_path`` as a per-row dynamic int8 MatMul.
 
-    Per row of ``X`` (one token), in the graph: ``s = max|x| / 127``; ``xq = QuantizeLinear(x, s,
-    128)`` (opset 21 blocked quantization with one block per row: one fused pass); then
-    ``MatMulIntegerToFloat(xq, Wq, s, s_w, 128)`` (ORT's u8s8 GEMM with the per-column weight
-    scale fused into its output; the ``[..., 1]``-shaped row scale ``s`` is applied inside the
-    kernel, which saves a node and an output-sized buffer per MatMul over a separate ``Mul``). A row's scale depends on that row alone,
-    so a pair's score cannot depend on its batchmates (unlike ``DynamicQuantizeLinear``, one scale
-    per tensor = per batch). The activation zero point is the scalar 128 (symmetric), because ORT's
-    int8 kernels take a scalar zero point for A; a per-row asymmetric zero point would need a
-    rank-1 correction pass per MatMul. Weights are symmetric per output channel with
-    ``weight_bits`` bits: 7, because on AVX2 without VNNI the u8s8 kernel (vpmaddubsw) adds two
-    u8·s8 products in int16 and saturates once 2·255·|w| > 32767; 8-bit weights were measured
-    7x further from fp32 on random inputs (max |Δ| 0.72 vs 0.10 on a 4300x384x1536 MatMul).
+    Per row of ``X`` (one token), in the graph: ``s = max|x| / 127``; ``xq = QuantizeLinear(x, s, 128)``
+    (opset 21 blocked quantization with one block per row: one fused pass); then
+    ``MatMulIntegerToFloat(xq, Wq, s, s_w, 128)`` (ORT's u8s8 GEMM with the per-column weight scale
+    fused into its output; the ``[..., 1]``-shaped row scale ``s`` is applied inside the kernel: one
+    node and one output-sized buffer less per MatMul than a separate ``Mul``, at the same measured
+    speed). A row's scale depends on that row alone, so a pair's score cannot depend on its batchmates
+    (unlike ``DynamicQuantizeLinear``, one scale per tensor = per batch). The activation zero point is
+    the scalar 128 (symmetric), because ORT's int8 kernels take a scalar zero point for A; a per-row
+    asymmetric zero point would need a rank-1 correction pass per MatMul. Weights are symmetric per
+    output channel with ``weight_bits`` bits: 7, because on AVX2 without VNNI the u8s8 kernel
+    (vpmaddubsw) adds two u8·s8 products in int16 and saturates once 2·255·|w| > 32767; 8-bit weights
+    were measured 7x further from fp32 on random inputs (max |Δ| 0.72 vs 0.10 on a 4300x384x1536
+    MatMul).
     Inputs shared by several MatMuls (Q, K and V read the same LayerNorm output) are quantized once.
 
-    ``smooth`` (input name -> calibrated per-channel max |x|) applies SmoothQuant (Xiao et al.,
+    ``stats`` (input name -> calibration statistics) with ``alpha`` > 0 applies SmoothQuant (Xiao et al.,
     2023) first: ``x / s`` per channel feeds the quantizer and ``s`` is folded into the rows of every
     weight reading ``x``, ``s = amax_x^alpha / amax_w^(1-alpha)``. The product is unchanged in exact
     arithmetic; the outlier channels no longer set every token's scale. ``s`` is a constant, so the
-    graph stays batch invariant.
+    graph stays batch invariant. With ``gptq`` (and Gram matrices in ``stats``) the weights are
+    rounded by :func:`_gptq_round` instead of to nearest.
     """
     import onnx
     from onnx import TensorProto, helper, numpy_helper
