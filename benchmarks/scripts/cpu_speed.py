@@ -15,8 +15,11 @@ Systems (all score the same pairs, formatted by the one Scorer):
 * served:<variant> — ``r3edge serve`` in a child process, one gRPC ``Rerank`` (top-100 → top-10) per
   request: what a client gets end to end.
 
-Timing: ``--reps`` rounds; each round times every system once on the next held-out query, in turn,
-so machine load (this box is shared) hits every system alike; p50/p95 over rounds. Achieved FLOP/s
+Timing: ``--reps`` rounds; each round times every system once on the next held-out query, in an
+order shuffled per round (seeded), so machine load (this box is shared) hits every system alike;
+p50/p95 over rounds. Each timing starts after a ``--pause`` (0.25 s): the intra-op threads of the
+system timed before it (ORT's spin, torch's OpenMP) are parked by then. Measured without it, an
+ORT session timed right after another one was ~7% slower, and torch bf16 after ORT ~8%. Achieved FLOP/s
 counts the useful work of the top-100 (real tokens only: weight MatMuls + attention), divided by
 latency, as a fraction of the GEMM peak of the same runtime and precision measured in the same run
 (2048x384x1536-shaped GEMMs, the student's own FFN shape, and 1024³). Accuracy: every held-out pair,
@@ -124,6 +127,7 @@ def main() -> int:
     ap.add_argument("--calib-source", default=None, help="what the int8 calibration used (recorded, for the split)")
     ap.add_argument("--serve", default=None, help="variant to serve over gRPC (default: the artifact's default)")
     ap.add_argument("--reps", type=int, default=10)
+    ap.add_argument("--pause", type=float, default=0.25, help="seconds of quiet before each timing")
     ap.add_argument("--bf16-reps", type=int, default=3, help="bf16 is emulated (slow) without native bf16: fewer rounds")
     ap.add_argument("--budgets", default="256,1024,2048,8192",
                     help="other micro-batch budgets (padded tokens) timed for torch fp32/bf16 and the served variant "
@@ -290,17 +294,22 @@ def main() -> int:
     for sysd in timed.values():  # warm-up
         sysd["fn"]([q0.query] * 100, [c.text for c in q0.candidates])
     lengths_per_q = []
+    shuffle = np.random.default_rng(0)
     for r in range(args.reps):
         q = queries[r % len(queries)]
         qs, ds = [q.query] * len(q.candidates), [c.text for c in q.candidates]
         lengths_per_q.append([len(e.input_ids) for e in scorer.encode_batch(qs, ds)])
-        for name, sysd in timed.items():
+        for name in shuffle.permutation([*timed, "session.run only"]).tolist():
             if "bf16" in name and r >= args.bf16_reps:
                 continue
+            time.sleep(args.pause)
+            if name == "session.run only":
+                lat["session.run only (" + serve_variant + ")"].append(session_only(qs, ds))
+                continue
+            sysd = timed[name]
             t = time.perf_counter()
             sysd["fn"](qs, ds)
             lat[name].append(time.perf_counter() - t)
-        lat["session.run only (" + serve_variant + ")"].append(session_only(qs, ds))
         log(f"round {r + 1}/{args.reps}", {k: round(v[-1] * 1e3) for k, v in lat.items() if v})
     client.close()
     proc.terminate()
@@ -355,7 +364,7 @@ def main() -> int:
                     "hidden": config.hidden_size},
         "artifact": {"dir": Path(args.artifact).name, "default": manifest["default"], "variants": manifest["variants"],
                      "served_variant": serve_variant},
-        "max_batch_tokens": DEFAULT_MAX_BATCH_TOKENS,
+        "max_batch_tokens": DEFAULT_MAX_BATCH_TOKENS, "rounds": args.reps, "pause_s": args.pause, "order": "shuffled per round",
         "split": {"validation": Path(args.heldout).name, "validation_pairs": len(all_q), "calibration": args.calib_source},
         "fp32_reference": {"accuracy": m_ref["accuracy"], "ndcg@10": m_ref["ndcg@10"]},
         "mean_tokens_per_top100": float(np.mean([sum(ls) for ls in lengths_per_q])),
