@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from r3edge.core.config import resolve_config
 from r3edge.core.errors import R3EdgeError
-from r3edge.core.scoring import DEFAULT_MAX_BATCH_SIZE, DEFAULT_MAX_BATCH_TOKENS
+from r3edge.core.scoring import DEFAULT_MAX_BATCH_SIZE, DEFAULT_MAX_BATCH_TOKENS, GPU_MAX_BATCH_TOKENS
 
 ENV_PREFIX = "R3EDGE_"
 
@@ -32,8 +32,9 @@ class ServeConfig(BaseModel):
     threads: int | None = Field(None, ge=1, description="intra-op threads of the runtime")
     prefix_reuse: bool = Field(True, description="score a causal student's shared prefix (template head + query) once "
                                "per request when the artifact has prefix-reuse graphs (`r3edge export --prefix-reuse`)")
-    max_batch_tokens: int = Field(DEFAULT_MAX_BATCH_TOKENS, ge=1, description="padded-token budget of one micro-batch "
-                                  "(the CPU-measured default; raise it on a GPU)")
+    max_batch_tokens: int | None = Field(None, ge=1, description="padded-token budget of one micro-batch; unset: "
+                                         f"{DEFAULT_MAX_BATCH_TOKENS} (measured fastest on CPU), {GPU_MAX_BATCH_TOKENS} "
+                                         "when the session runs on a GPU provider")
     max_batch_size: int = Field(DEFAULT_MAX_BATCH_SIZE, ge=1, description="pairs in one micro-batch at most")
     max_candidates: int = Field(1000, ge=1, description="candidates in one request at most")
     max_concurrent_requests: int = Field(2, ge=1, description="requests scored at the same time")

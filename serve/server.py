@@ -39,7 +39,7 @@ from r3edge.core.errors import (
     Unavailable,
 )
 from r3edge.core.onnx_runtime import OnnxRuntime
-from r3edge.core.scoring import score_pairs
+from r3edge.core.scoring import default_max_batch_tokens, score_pairs
 from r3edge.serve.config import ServeConfig
 
 log = logging.getLogger("r3edge.serve")
@@ -96,6 +96,8 @@ class RerankerService(pb2_grpc.RerankerServicer):
 
     def set_runtime(self, runtime) -> None:
         self.runtime = runtime
+        # unset in the config: the budget measured for the device the session runs on
+        self.max_batch_tokens = self.cfg.max_batch_tokens or default_max_batch_tokens(getattr(runtime, "providers", ()))
         info = runtime.info()
         self.variant = str(info.get("variant", ""))
         self.model_name = f"{Path(self.cfg.artifact).name}:{self.variant}" if self.variant else Path(self.cfg.artifact).name
@@ -153,7 +155,7 @@ class RerankerService(pb2_grpc.RerankerServicer):
         stats: dict = {}
         t0 = time.perf_counter()
         logits = score_pairs(runtime.scorer, guarded(runtime.label_logits), [query] * len(docs), docs,
-                             max_batch_tokens=self.cfg.max_batch_tokens, max_batch_size=self.cfg.max_batch_size,
+                             max_batch_tokens=self.max_batch_tokens, max_batch_size=self.cfg.max_batch_size,
                              stats=stats, prefix=prefix)
         probs, scores = runtime.scorer.relevance(logits)
         total = time.perf_counter() - t0
@@ -237,7 +239,7 @@ class RerankerService(pb2_grpc.RerankerServicer):
             label_tokens=list(spec.label_tokens), label_values=list(spec.label_values),
             max_query_tokens=spec.max_query_tokens, max_doc_tokens=spec.max_doc_tokens,
             max_total_tokens=spec.max_total_tokens, scorer_fingerprint=spec.fingerprint(),
-            limits=pb2.Limits(max_candidates=cfg.max_candidates, max_batch_tokens=cfg.max_batch_tokens,
+            limits=pb2.Limits(max_candidates=cfg.max_candidates, max_batch_tokens=self.max_batch_tokens,
                               max_batch_size=cfg.max_batch_size, max_concurrent_requests=cfg.max_concurrent_requests,
                               max_queued_requests=cfg.max_queued_requests),
             torch_loaded="torch" in sys.modules,

@@ -9,7 +9,7 @@ import pytest
 from tokenizers import Tokenizer
 
 from r3edge.core.errors import R3EdgeError
-from r3edge.core.scoring import PromptTemplate, Scorer, ScorerSpec, plan_batches, score_pairs
+from r3edge.core.scoring import PromptTemplate, Scorer, ScorerSpec, default_max_batch_tokens, plan_batches, score_pairs
 
 
 @pytest.fixture(scope="module")
@@ -104,6 +104,14 @@ def test_plan_batches_respects_budget_and_covers_every_index():
         assert len(b) <= 3
         if len(b) > 1:
             assert len(b) * max(lengths[i] for i in b) <= 200
+
+
+def test_default_budget_follows_the_leading_provider():
+    """CPU sessions get the budget measured fastest on CPU; a session led by a GPU provider gets a large one."""
+    assert default_max_batch_tokens(["CPUExecutionProvider"]) == 512
+    assert default_max_batch_tokens([]) == 512
+    assert default_max_batch_tokens(["CUDAExecutionProvider", "CPUExecutionProvider"]) == 8192
+    assert default_max_batch_tokens(["TensorrtExecutionProvider", "CUDAExecutionProvider", "CPUExecutionProvider"]) == 8192
 
 
 def test_score_pairs_returns_input_order(scorer):

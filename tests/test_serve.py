@@ -102,6 +102,7 @@ def test_model_info(server, client):
     assert info.variant == "fp32" and "onnxruntime" in info.runtime
     assert info.max_query_tokens == spec.max_query_tokens
     assert info.limits.max_candidates == 1000
+    assert info.limits.max_batch_tokens == 4096  # a configured budget wins over the device's default
 
 
 @pytest.mark.parametrize(
@@ -196,6 +197,7 @@ def test_cli_serve_subprocess_is_torch_free_and_stops_gracefully(tiny_artifact, 
             info = c.model_info()
             assert info.torch_loaded is False
             assert info.variant == "int8" and info.limits.max_candidates == 500
+            assert info.limits.max_batch_tokens == 512  # unset: the CPU budget (a GPU provider would get 8192)
         assert main(["rerank", "--target", f"127.0.0.1:{port}", "--pairs", str(sample_pairs_file),
                      "--qid", "q2", "--top-k", "2"]) == 0
         out = capsys.readouterr().out

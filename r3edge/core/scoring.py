@@ -394,9 +394,20 @@ def softmax(x: np.ndarray) -> np.ndarray:
 #: 1,024 280); torch bf16 was flat from 384 to 1,024 (454-466 ms) and torch fp32 from 512 to 1,024;
 #: 8,192 (the old default) was 1.1-1.6x slower for every runtime (smaller batches keep activations in
 #: cache and pad attention less). benchmarks/scripts/cpu_speed.py sweeps it again. A GPU wants
-#: more: raise ``max_batch_tokens``.
+#: more: the server takes :data:`GPU_MAX_BATCH_TOKENS` when its session runs on a GPU provider.
 DEFAULT_MAX_BATCH_TOKENS = 512
+#: The budget the server takes when its session runs on a GPU provider (CUDA, TensorRT): a GPU is
+#: fed by large batches; 8,192 was the CPU default before the sweeps above and fits a whole top-100
+#: of short pairs. Not measured through onnxruntime-gpu (no GPU build here).
+GPU_MAX_BATCH_TOKENS = 8192
 DEFAULT_MAX_BATCH_SIZE = 64
+
+
+def default_max_batch_tokens(providers: Sequence[str]) -> int:
+    """The micro-batch budget for a session on ``providers`` (ONNX Runtime's active providers, first
+    first): :data:`GPU_MAX_BATCH_TOKENS` when a GPU provider leads, else :data:`DEFAULT_MAX_BATCH_TOKENS`."""
+    gpu = ("CUDAExecutionProvider", "TensorrtExecutionProvider", "ROCMExecutionProvider", "MIGraphXExecutionProvider")
+    return GPU_MAX_BATCH_TOKENS if providers and providers[0] in gpu else DEFAULT_MAX_BATCH_TOKENS
 
 
 def plan_batches(
