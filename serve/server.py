@@ -89,6 +89,7 @@ class RerankerService(pb2_grpc.RerankerServicer):
         self.cfg = cfg
         self.runtime = None
         self.model_name = ""
+        self.max_batch_tokens = cfg.max_batch_tokens  # resolved for the device in set_runtime
         self._executor = executor
         self._slots = asyncio.Semaphore(cfg.max_concurrent_requests)
         self._admitted = 0  # in flight + queued; only touched on the event loop thread

@@ -404,8 +404,8 @@ DEFAULT_MAX_BATCH_SIZE = 64
 
 
 def default_max_batch_tokens(providers: Sequence[str]) -> int:
-    """The micro-batch budget for a session on ``providers`` (ONNX Runtime's active providers, first
-    first): :data:`GPU_MAX_BATCH_TOKENS` when a GPU provider leads, else :data:`DEFAULT_MAX_BATCH_TOKENS`."""
+    """The micro-batch budget for a session on ``providers`` (ONNX Runtime's active providers, in
+    priority order): :data:`GPU_MAX_BATCH_TOKENS` when a GPU provider leads, else :data:`DEFAULT_MAX_BATCH_TOKENS`."""
     gpu = ("CUDAExecutionProvider", "TensorrtExecutionProvider", "ROCMExecutionProvider", "MIGraphXExecutionProvider")
     return GPU_MAX_BATCH_TOKENS if providers and providers[0] in gpu else DEFAULT_MAX_BATCH_TOKENS
 
