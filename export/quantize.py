@@ -245,15 +245,21 @@ def _softmax_in_float64(model_path: Path, external: bool) -> int:
     return n
 
 
-def _weight_matmul_inputs(model) -> dict[str, list]:
-    """Input name -> the float 2-D weight initializers of the MatMuls reading it (Q, K and V share one)."""
+def _matmul_weight(node, inits: dict):
+    """The float 2-D initializer ``node`` multiplies its input by, when ``node`` is a weight MatMul; else None."""
     from onnx import TensorProto
 
+    w = inits.get(node.input[1]) if node.op_type == "MatMul" and len(node.input) == 2 else None
+    return w if w is not None and len(w.dims) == 2 and w.data_type == TensorProto.FLOAT else None
+
+
+def _weight_matmul_inputs(model) -> dict[str, list]:
+    """Input name -> the float 2-D weight initializers of the MatMuls reading it (Q, K and V share one)."""
     inits = {i.name: i for i in model.graph.initializer}
     out: dict[str, list] = {}
     for node in model.graph.node:
-        w = inits.get(node.input[1]) if node.op_type == "MatMul" and len(node.input) == 2 else None
-        if w is not None and len(w.dims) == 2 and w.data_type == TensorProto.FLOAT:
+        w = _matmul_weight(node, inits)
+        if w is not None:
             out.setdefault(node.input[0], []).append(w)
     return out
 
@@ -406,11 +412,24 @@ def _row_quantizer(x: str, p: str, width: int, unsigned: bool, factor: np.ndarra
 
 def _leading_dims(model) -> dict[str, tuple]:
     """Tensor name -> its shape without the last dimension, where ORT's symbolic shape inference
-    (which knows the contrib ops of fused graphs) names every dimension; {} if it cannot run."""
+    (which knows the contrib ops of fused graphs) names every dimension; {} if it cannot run.
+
+    The inference copies the model it is given, so it gets one without weights: float initializers
+    become graph inputs of the same shape (a shape is all it reads of them), the rest stay.
+    """
+    from onnx import TensorProto, helper
+
+    inits = model.graph.initializer
+    weights = [i for i in inits if i.data_type == TensorProto.FLOAT]
+    light = helper.make_model(
+        helper.make_graph(model.graph.node, model.graph.name,
+                          [*model.graph.input, *(helper.make_tensor_value_info(i.name, i.data_type, i.dims) for i in weights)],
+                          model.graph.output, [i for i in inits if i.data_type != TensorProto.FLOAT]),
+        opset_imports=model.opset_import, ir_version=model.ir_version)
     try:
         from onnxruntime.tools.symbolic_shape_infer import SymbolicShapeInference
 
-        inferred = SymbolicShapeInference.infer_shapes(model, auto_merge=True)
+        inferred = SymbolicShapeInference.infer_shapes(light, auto_merge=True)
     except Exception:  # noqa: BLE001 - an optimisation only: every input then gets its own zero point
         return {}
     out = {}
@@ -478,7 +497,7 @@ def _per_row_int8(fp32_path: Path, out_path: Path, weight_bits: int, activation_
     rounded by :func:`_gptq_round` instead of to nearest.
     """
     import onnx
-    from onnx import TensorProto, helper, numpy_helper
+    from onnx import helper, numpy_helper
 
     model = onnx.load(str(fp32_path))
     g = model.graph
@@ -510,8 +529,8 @@ def _per_row_int8(fp32_path: Path, out_path: Path, weight_bits: int, activation_
     leads, zero_points = _leading_dims(model), {}
     nodes, n = [], 0
     for node in g.node:
-        w = inits.get(node.input[1]) if node.op_type == "MatMul" and len(node.input) == 2 else None
-        if w is None or len(w.dims) != 2 or w.data_type != TensorProto.FLOAT or any(e in node.name for e in exclude):
+        w = _matmul_weight(node, inits)
+        if w is None or any(e in node.name for e in exclude):
             nodes.append(node)
             continue
         x, y = node.input[0], node.output[0]
@@ -520,9 +539,8 @@ def _per_row_int8(fp32_path: Path, out_path: Path, weight_bits: int, activation_
             rows[x] = _row_quantizer(x, f"r3_row{len(rows)}_", int(w.dims[0]), unsigned, factors.get(x), nodes, consts,
                                      zero_points, leads.get(x))
         xq, xs, xzp = rows[x]
-        weight = numpy_helper.to_array(w).astype(np.float32)
-        if x in factors:
-            weight = weight * factors[x][:, None]
+        exact = numpy_helper.to_array(w).astype(np.float32)
+        weight = exact * factors[x][:, None] if x in factors else exact
         scale = np.abs(weight).max(axis=0) / qmax
         scale[scale == 0] = 1.0
         if gptq and stats and x in stats:  # the Gram matrix of what the kernel multiplies: (x [- GELU_MIN]) / s
@@ -538,7 +556,7 @@ def _per_row_int8(fp32_path: Path, out_path: Path, weight_bits: int, activation_
                                       domain="com.microsoft", name=f"{node.name or y}_int8"))
         if unsigned:  # (x - GELU_MIN)·W + GELU_MIN·colsum(W) = x·W (the fp32 weights, a constant)
             fix = f"{w.name}_r3shift{n}"
-            consts.append(numpy_helper.from_array((GELU_MIN * numpy_helper.to_array(w).sum(axis=0)).astype(np.float32), fix))
+            consts.append(numpy_helper.from_array((GELU_MIN * exact.sum(axis=0)).astype(np.float32), fix))
             nodes.append(helper.make_node("Add", [out, fix], [y], name=f"{node.name or y}_unshift"))
         n += 1
     nodes = _fold_into_bias(nodes, {c.name: c for c in [*g.initializer, *consts]}, consts)
