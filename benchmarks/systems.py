@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from r3edge.benchmarks.load import collect_probs, percentiles, run_load
-from r3edge.core.errors import R3EdgeError
+from r3edge.core.errors import InvalidInput
 from r3edge.core.pairs import QueryCandidates
 
 REQUEST_SIZE = 100  # the teacher estimate is scaled to a top-100 request
@@ -125,7 +125,7 @@ def _served(artifact: str, variant: str | None, threads: int | None, **limits) -
             if m:
                 break
         else:
-            raise R3EdgeError(f"`r3edge serve {artifact}` exited before serving:\n{''.join(seen[-20:])}",
+            raise InvalidInput(f"`r3edge serve {artifact}` exited before serving:\n{''.join(seen[-20:])}",
                               "run the same `r3edge serve` command by hand to see the error")
         # keep draining its output so a chatty server never blocks on a full pipe
         threading.Thread(target=proc.stdout.read, daemon=True).start()
@@ -177,7 +177,7 @@ def bench_systems(queries: Sequence[QueryCandidates], *, artifact: str | None = 
     from r3edge.benchmarks.machine import machine_info
 
     if (artifact is None) == (target is None):
-        raise R3EdgeError("give exactly one of --artifact (served by a child process) or --target (a running server)",
+        raise InvalidInput("give exactly one of --artifact (served by a child process) or --target (a running server)",
                           "e.g. r3edge bench --artifact runs/demo/artifact --pairs heldout.jsonl")
     teacher = teacher_probs(labels_dir)[0] if labels_dir else None
     kw = dict(requests=requests, concurrency=concurrency, top_k=top_k, pad_to=pad_to)

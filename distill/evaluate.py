@@ -16,7 +16,7 @@ from typing import TextIO
 
 import numpy as np
 
-from r3edge.core.errors import R3EdgeError
+from r3edge.core.errors import InvalidInput
 from r3edge.core.labels import read_labels, read_manifest
 from r3edge.core.metrics import agreement_metrics, relevance_metrics
 from r3edge.core.progress import Progress
@@ -58,7 +58,7 @@ def server_score_fn(address: str, *, timeout: float = 120.0) -> Scoring:
     try:
         from r3edge.api.client import RerankerClient
     except ImportError as exc:
-        raise R3EdgeError(f"scoring through a server needs r3edge.api.client, which failed to import ({exc})",
+        raise InvalidInput(f"scoring through a server needs r3edge.api.client, which failed to import ({exc})",
                           "install r3edge with the 'serve' extra, or evaluate with --student / --artifact") from exc
     client = RerankerClient(address, timeout=timeout)
     client.wait_ready(timeout=timeout)
@@ -94,7 +94,7 @@ def evaluate(
     """
     table = read_labels(labels_dir)
     if table.num_rows == 0:
-        raise R3EdgeError(f"{labels_dir} holds no labelled pairs", "run `r3edge label` on a non-empty pairs file")
+        raise InvalidInput(f"{labels_dir} holds no labelled pairs", "run `r3edge label` on a non-empty pairs file")
     if label_values is None and isinstance(score_fn, Scoring):
         label_values = score_fn.label_values
         scorer = scorer or score_fn.scorer
@@ -115,7 +115,7 @@ def evaluate(
     for start in range(0, n, CHUNK):
         out = np.asarray(score_fn(queries[start:start + CHUNK], docs[start:start + CHUNK]), dtype=np.float64)
         if out.shape != (min(CHUNK, n - start), n_labels):
-            raise R3EdgeError(f"the scorer returned label logits of shape {out.shape} for "
+            raise InvalidInput(f"the scorer returned label logits of shape {out.shape} for "
                               f"{min(CHUNK, n - start)} pairs and {n_labels} labels",
                               "the model's label space must match the labels' (scorer.json label_tokens)")
         logits[start:start + CHUNK] = out

@@ -50,7 +50,7 @@ from datasets import Dataset
 from transformers import Trainer, set_seed
 
 from r3edge.core.config import ModelSpec, SFTConfig, TeacherConfig, load_yaml
-from r3edge.core.errors import R3EdgeError
+from r3edge.core.errors import InvalidInput
 from r3edge.core.pairs import read_queries
 from r3edge.core.sequences import common_prefix_length
 from r3edge.distill.hf_trainer import ProgressCallback, training_arguments
@@ -97,26 +97,26 @@ def reply_examples(tokenizer, messages: list[dict[str, str]], reply_prefix: str,
             continue
         reply = m["content"]
         if not reply.startswith(reply_prefix):
-            raise R3EdgeError(f"assistant reply {k} does not start with the judge's prefix {reply_prefix!r}",
+            raise InvalidInput(f"assistant reply {k} does not start with the judge's prefix {reply_prefix!r}",
                               "build traces with r3edge.distill.traces (every reply starts with the prefix)")
         prompt = render(messages[:i], tokenize=False, add_generation_prompt=True)
         closed = render(messages[: i + 1], tokenize=False)
         if not closed.startswith(prompt + reply):
-            raise R3EdgeError("the tokenizer's chat template does not render a reply after its generation prompt, "
+            raise InvalidInput("the tokenizer's chat template does not render a reply after its generation prompt, "
                               "so the end of a turn cannot be found", "use a ChatML-style template (SmolLM2, Qwen)")
         context = tokenizer.encode(prompt + reply_prefix, add_special_tokens=False)
         body = tokenizer.encode(reply[len(reply_prefix):], add_special_tokens=False)
         tail = tokenizer.encode(closed[len(prompt) + len(reply):], add_special_tokens=False)
         end = next((j for j, t in enumerate(tail) if t in stop_ids), None)
         if end is None:
-            raise R3EdgeError(f"the chat template closes a reply with {tokenizer.decode(tail)!r}, which holds no end-of-generation "
+            raise InvalidInput(f"the chat template closes a reply with {tokenizer.decode(tail)!r}, which holds no end-of-generation "
                               f"token {sorted(stop_ids)}: the model would never learn to stop",
                               "use a tokenizer whose eos token is the template's end of turn (e.g. <|im_end|>)")
         target = body + tail[: end + 1]
         out.append((context + target, [IGNORE] * len(context) + target))
         k += 1
     if k == 0:
-        raise R3EdgeError("a trace has no assistant reply", "build traces with r3edge.distill.traces")
+        raise InvalidInput("a trace has no assistant reply", "build traces with r3edge.distill.traces")
     return out
 
 
@@ -182,7 +182,7 @@ class SFTCollator:
 
     def __call__(self, features: list[dict]) -> dict[str, torch.Tensor]:
         if len(features) != 1:
-            raise R3EdgeError(f"an SFT step takes one shared-prefix chunk, got {len(features)}",
+            raise InvalidInput(f"an SFT step takes one shared-prefix chunk, got {len(features)}",
                               "build the dataset with shared_prefix_chunks and per-device batch size 1")
         (f,) = features
         width = max(len(r) for r in f["input_ids"])
@@ -237,7 +237,7 @@ def trainable_layer_ids(lm, n_top: int | None) -> list[int] | None:
         return None
     n = len(lm.get_decoder().layers)
     if n_top > n:
-        raise R3EdgeError(f"train.trainable_layers {n_top} is more than the model's {n} decoder layers",
+        raise InvalidInput(f"train.trainable_layers {n_top} is more than the model's {n} decoder layers",
                           f"set it to at most {n}, or omit it to fine-tune every weight")
     return list(range(n - n_top, n))
 
@@ -268,7 +268,7 @@ def build_traces(cfg: SFTConfig, teacher: TeacherConfig, judge, *, gold: str | P
     """The traces of the requested source, with their provenance and drop counts (see the module docstring
     of :mod:`r3edge.distill.traces`)."""
     if gold is None:
-        raise R3EdgeError("teacher sft needs the pairs file (--gold PAIRS.jsonl)",
+        raise InvalidInput("teacher sft needs the pairs file (--gold PAIRS.jsonl)",
                           "pass the gold-labelled pairs, or with --traces the pairs file those labels were made from")
     queries = read_queries(gold)
     source: dict = {"pairs_file": Path(gold).name, "pairs_sha256": file_sha256(Path(gold))}
@@ -297,24 +297,24 @@ def teacher_sft(config: str | Path | SFTConfig, out_dir: str | Path, *, gold: st
     """
     cfg = load_sft_config(config)
     if max_examples is not None and max_examples < 1:
-        raise R3EdgeError(f"--max-examples {max_examples} must be at least 1", "omit it to train on every trace")
+        raise InvalidInput(f"--max-examples {max_examples} must be at least 1", "omit it to train on every trace")
     if max_steps is not None and max_steps < 1:
-        raise R3EdgeError(f"--max-steps {max_steps} must be at least 1", "omit it to train for the configured epochs")
+        raise InvalidInput(f"--max-steps {max_steps} must be at least 1", "omit it to train for the configured epochs")
     if epochs is not None and epochs <= 0:
-        raise R3EdgeError(f"--epochs {epochs} must be positive", "omit it to train for the configured epochs")
+        raise InvalidInput(f"--epochs {epochs} must be positive", "omit it to train for the configured epochs")
     teacher = load_teacher_config(cfg.teacher)
     judge = get_judge(teacher.judge)
     spec: ModelSpec = cfg.model or teacher.model
     all_traces, source = build_traces(cfg, teacher, judge, gold=gold, traces=traces, log=log)
     chosen, selection = select(all_traces, cfg.traces, max_examples)
     if not chosen:
-        raise R3EdgeError("no trace is left to train on", "check the drop reasons above; use more pairs or another source")
+        raise InvalidInput("no trace is left to train on", "check the drop reasons above; use more pairs or another source")
 
     tp = cfg.train
     set_seed(tp.seed)
     tokenizer = load_tokenizer(spec.tokenizer_ref)
     if not getattr(tokenizer, "chat_template", None):
-        raise R3EdgeError(f"tokenizer {spec.tokenizer_ref!r} has no chat template", "fine-tune an instruct model's tokenizer")
+        raise InvalidInput(f"tokenizer {spec.tokenizer_ref!r} has no chat template", "fine-tune an instruct model's tokenizer")
     lm = load_model(spec.model_copy(update={"dtype": "float32"}))  # fp32 master weights; bf16 only as autocast
     stops = stop_token_ids(tokenizer, lm)
     examples: list[tuple[list[int], list[int]]] = []
@@ -348,7 +348,7 @@ def teacher_sft(config: str | Path | SFTConfig, out_dir: str | Path, *, gold: st
             f"(generation.intent_max_new_tokens / assess_max_new_tokens): {dict(over_budget)}; labelling will cut them "
             "(repaired, format_ok false)")
     if not by_label:
-        raise R3EdgeError(f"every trace is longer than max_length {tp.max_length} tokens",
+        raise InvalidInput(f"every trace is longer than max_length {tp.max_length} tokens",
                           "raise train.max_length, or lower the teacher config's max_doc_chars / n_aux")
     n_tokens = sum(len(ids) for ids, _ in examples)
     n_target = sum(sum(1 for x in lab if x != IGNORE) for _, lab in examples)

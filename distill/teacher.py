@@ -32,7 +32,7 @@ from typing import TextIO
 import numpy as np
 
 from r3edge.core.config import TeacherConfig, load_yaml
-from r3edge.core.errors import Conflict, R3EdgeError
+from r3edge.core.errors import Conflict, InvalidInput
 from r3edge.core.labels import read_labels, read_manifest, shard_paths, write_manifest, write_shard
 from r3edge.core.pairs import Candidate, QueryCandidates, read_queries
 from r3edge.distill.judges import PairContext
@@ -49,9 +49,9 @@ def parse_shard(spec: str) -> tuple[int, int]:
     try:
         i, n = (int(x) for x in spec.split("/"))
     except ValueError:
-        raise R3EdgeError(f"--shard {spec!r} is not of the form i/n", "write e.g. --shard 0/4 (worker 0 of 4)") from None
+        raise InvalidInput(f"--shard {spec!r} is not of the form i/n", "write e.g. --shard 0/4 (worker 0 of 4)") from None
     if n < 1 or not 0 <= i < n:
-        raise R3EdgeError(f"--shard {spec!r}: need 0 <= i < n", "write e.g. --shard 3/4 for the last of 4 workers")
+        raise InvalidInput(f"--shard {spec!r}: need 0 <= i < n", "write e.g. --shard 3/4 for the last of 4 workers")
     return i, n
 
 
@@ -110,20 +110,20 @@ def _prepare_dir(out: Path, identity: dict, overwrite: bool) -> set[tuple[str, s
         tmp.unlink()
     if not (out / "manifest.json").is_file():
         if shard_paths(out):
-            raise R3EdgeError(f"{out} holds label shards but no manifest.json",
+            raise InvalidInput(f"{out} holds label shards but no manifest.json",
                               "pass --overwrite to start over, or choose another --out directory")
         return set()
     old = read_manifest(out)
     diff = [k for k in IDENTITY_KEYS if old.get(k) != identity[k]]
     if diff:
         detail = ", ".join(f"{k}: {old.get(k)!r} -> {identity[k]!r}" for k in diff)
-        raise R3EdgeError(f"{out} holds labels from a different run ({detail})",
+        raise InvalidInput(f"{out} holds labels from a different run ({detail})",
                           "pass --overwrite to discard them, or choose another --out directory")
     done: set[tuple[str, str]] = set()
     table = read_labels(out, allow_partial=True, columns=["qid", "docid"])
     for qid, docid in zip(table.column("qid").to_pylist(), table.column("docid").to_pylist()):
         if (qid, docid) in done:
-            raise R3EdgeError(f"{out}: pair ({qid}, {docid}) is labelled twice", "pass --overwrite to start over")
+            raise InvalidInput(f"{out}: pair ({qid}, {docid}) is labelled twice", "pass --overwrite to start over")
         done.add((qid, docid))
     return done
 
@@ -135,12 +135,12 @@ class LabelMapping:
         self.bands = list(cfg.bands) if cfg.bands is not None else None
         lmap = cfg.label_map if cfg.label_map is not None else (None if self.bands else judge.default_label_map)
         if self.bands is None and lmap is None:
-            raise R3EdgeError(f"teacher config {cfg.name!r} does not say how judge {judge.name!r} scores map to student labels",
+            raise InvalidInput(f"teacher config {cfg.name!r} does not say how judge {judge.name!r} scores map to student labels",
                               "add 'label_map: {native: label, ...}' or, for 0..100 scales, 'bands: [t1, t2]'")
         if self.bands is None:
             missing = [v for v in judge.native_values if v not in lmap]
             if missing:
-                raise R3EdgeError(f"teacher config {cfg.name!r}: label_map has no entry for native scores {missing}",
+                raise InvalidInput(f"teacher config {cfg.name!r}: label_map has no entry for native scores {missing}",
                                   f"map every score of {judge.native_scale} to a student label")
             self.map = {int(k): int(v) for k, v in lmap.items()}
             self.n_labels = max(self.map.values()) + 1
@@ -148,7 +148,7 @@ class LabelMapping:
             self.map = None
             self.n_labels = len(self.bands) + 1
         if self.n_labels < 2:
-            raise R3EdgeError(f"teacher config {cfg.name!r} maps every score to one label", "map to at least two labels")
+            raise InvalidInput(f"teacher config {cfg.name!r} maps every score to one label", "map to at least two labels")
         self.native_values = tuple(judge.native_values)
 
     def label(self, native: float) -> int:
@@ -236,7 +236,7 @@ def load_teacher_config(teacher_config_path: str | Path, *, backend: str | None 
     try:
         return TeacherConfig.model_validate({**cfg.model_dump(), **overrides})
     except Exception as exc:  # pydantic.ValidationError: name the flag
-        raise R3EdgeError(f"teacher config with {overrides}: {exc}",
+        raise InvalidInput(f"teacher config with {overrides}: {exc}",
                           "fix the --backend / --base-url / --samples / --teacher-model / --batch-size flags") from exc
 
 
@@ -263,22 +263,22 @@ def label_pairs(
 
     stream = stream if stream is not None else sys.stderr
     if shard_size < 1:
-        raise R3EdgeError(f"--shard-size {shard_size} must be at least 1", "use e.g. --shard-size 64")
+        raise InvalidInput(f"--shard-size {shard_size} must be at least 1", "use e.g. --shard-size 64")
     if limit is not None and limit < 1:
-        raise R3EdgeError(f"--limit {limit} must be at least 1", "omit --limit to label every pair")
+        raise InvalidInput(f"--limit {limit} must be at least 1", "omit --limit to label every pair")
     pairs_path, out = Path(pairs_path), Path(out_dir)
     cfg = load_teacher_config(teacher_config_path, backend=backend, base_url=base_url, samples=samples,
                               model=teacher_model, batch_size=batch_size)
     judge = get_judge(cfg.judge)
     if judge.score_tokens is not None and cfg.samples != 1:
-        raise R3EdgeError(f"judge {judge.name!r} reads its score distribution in one pass; samples={cfg.samples} adds nothing",
+        raise InvalidInput(f"judge {judge.name!r} reads its score distribution in one pass; samples={cfg.samples} adds nothing",
                           "use --samples 1 (sampling is for judges without single-token scores, e.g. retro)")
     mapping = LabelMapping(cfg, judge)
     shard_spec = parse_shard(shard)
     queries = read_queries(pairs_path)
     plan = plan_pairs(queries, shard_spec, limit)
     if not plan:
-        raise R3EdgeError(f"--shard {shard} selects no query of {pairs_path}", "use fewer shards than queries")
+        raise InvalidInput(f"--shard {shard} selects no query of {pairs_path}", "use fewer shards than queries")
 
     # The backend and its address are how labels are computed, not what they mean: not identity.
     meaning = cfg.model_dump(exclude={"backend", "base_url", "served_model", "generation"})
@@ -299,7 +299,7 @@ def label_pairs(
         done = _prepare_dir(out, identity, overwrite)
         planned = {(q.qid, c.docid) for q, c in plan}
         if not done <= planned:
-            raise R3EdgeError(f"{out} holds pairs that are not in this run's plan", "pass --overwrite to start over")
+            raise InvalidInput(f"{out} holds pairs that are not in this run's plan", "pass --overwrite to start over")
         manifest = {
             **identity,
             "native_scale": judge.native_scale,
@@ -523,24 +523,24 @@ def merge_shards(pairs_path: str | Path, shard_dirs: list[str | Path], out_dir: 
     manifests = [read_manifest(d) for d in shard_dirs]
     for d, m in zip(shard_dirs, manifests):
         if not m.get("complete"):
-            raise R3EdgeError(f"{d} is an unfinished labelling run ({m.get('n_done')}/{m.get('n_pairs')} pairs)",
+            raise InvalidInput(f"{d} is an unfinished labelling run ({m.get('n_done')}/{m.get('n_pairs')} pairs)",
                               "re-run its `r3edge label ... --shard` command until it completes")
         if m.get("limit") is not None:
-            raise R3EdgeError(f"{d} was labelled with --limit {m['limit']}", "merge only runs over whole shards")
+            raise InvalidInput(f"{d} was labelled with --limit {m['limit']}", "merge only runs over whole shards")
     same = [k for k in IDENTITY_KEYS if k not in ("shard", "limit", "n_pairs")]
     for d, m in zip(shard_dirs[1:], manifests[1:]):
         diff = [k for k in same if m.get(k) != manifests[0].get(k)]
         if diff:
-            raise R3EdgeError(f"{d} was labelled differently from {shard_dirs[0]} ({', '.join(diff)})",
+            raise InvalidInput(f"{d} was labelled differently from {shard_dirs[0]} ({', '.join(diff)})",
                               "merge only shards of one `r3edge label` command")
     sha = file_sha256(pairs_path)
     if manifests[0]["pairs_sha256"] != sha:
-        raise R3EdgeError(f"the shards labelled another pairs file than {pairs_path}", "pass the pairs file the shards were run on")
+        raise InvalidInput(f"the shards labelled another pairs file than {pairs_path}", "pass the pairs file the shards were run on")
     specs = [parse_shard(m["shard"]) for m in manifests]
     n = specs[0][1]
     got = sorted(i for i, _ in specs)
     if any(k != n for _, k in specs) or got != list(range(n)):
-        raise R3EdgeError(f"shards {[m['shard'] for m in manifests]} are not exactly 0/{n} .. {n - 1}/{n}",
+        raise InvalidInput(f"shards {[m['shard'] for m in manifests]} are not exactly 0/{n} .. {n - 1}/{n}",
                           f"pass one labels directory for each of the {n} shards")
     plan = {(q.qid, c.docid) for q, c in plan_pairs(read_queries(pairs_path), (0, 1), None)}
     tables, seen = [], set()
@@ -549,18 +549,18 @@ def merge_shards(pairs_path: str | Path, shard_dirs: list[str | Path], out_dir: 
         keys = list(zip(t.column("qid").to_pylist(), t.column("docid").to_pylist()))
         dup = seen.intersection(keys)
         if dup or len(set(keys)) != len(keys):
-            raise R3EdgeError(f"{d} labels pairs that another shard (or itself) labelled too, e.g. {sorted(dup)[:3]}",
+            raise InvalidInput(f"{d} labels pairs that another shard (or itself) labelled too, e.g. {sorted(dup)[:3]}",
                               "re-label the shards with one --shard i/n each")
         seen.update(keys)
         tables.append(t)
     if seen != plan:
         missing, extra = plan - seen, seen - plan
-        raise R3EdgeError(f"the shards cover {len(seen)} of {len(plan)} pairs ({len(missing)} missing, {len(extra)} not in the file)",
+        raise InvalidInput(f"the shards cover {len(seen)} of {len(plan)} pairs ({len(missing)} missing, {len(extra)} not in the file)",
                           "re-run the missing shards")
     with RunLock(out):
         _prepare_dir(out, {**manifests[0], "shard": "0/1", "limit": None, "n_pairs": len(plan)}, overwrite)
         if shard_paths(out):
-            raise R3EdgeError(f"{out} already holds labels", "pass --overwrite or choose another --out directory")
+            raise InvalidInput(f"{out} already holds labels", "pass --overwrite or choose another --out directory")
         for t in tables:
             write_shard(out, t.to_pylist())
         manifest = {**manifests[0], "shard": "0/1", "merged_from": [m["shard"] for m in manifests],

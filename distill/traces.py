@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from r3edge.core.config import TeacherConfig, TraceParams
-from r3edge.core.errors import R3EdgeError
+from r3edge.core.errors import InvalidInput
 from r3edge.core.labels import read_labels, read_manifest
 from r3edge.core.pairs import QueryCandidates
 from r3edge.distill.judges import Messages, normalize_ws
@@ -133,16 +133,16 @@ def shared_words(query: str, document: str) -> str:
 def _gold_native(cfg: TeacherConfig, judge) -> dict[int, int]:
     """Gold (student) label -> native score: the inverse of the config's label map, which must be one to one."""
     if not isinstance(judge, (R3AJudge, ThinkScore)):
-        raise R3EdgeError(f"gold traces are built for r3a and the <think><score> judges (umbrela, true, crux), not {judge.name!r}",
+        raise InvalidInput(f"gold traces are built for r3a and the <think><score> judges (umbrela, true, crux), not {judge.name!r}",
                           "use traces from a stronger judge (--traces LABELS_DIR) for this judge")
     mapping = LabelMapping(cfg, judge)
     if mapping.map is None:
-        raise R3EdgeError(f"teacher config {cfg.name!r} maps {judge.native_scale} to labels by bands: "
+        raise InvalidInput(f"teacher config {cfg.name!r} maps {judge.native_scale} to labels by bands: "
                           "a gold label has no single native score", "use traces from a stronger judge (--traces LABELS_DIR)")
     inverse: dict[int, int] = {}
     for native, label in mapping.map.items():
         if label in inverse:
-            raise R3EdgeError(f"teacher config {cfg.name!r} maps native scores {inverse[label]} and {native} to label {label}: "
+            raise InvalidInput(f"teacher config {cfg.name!r} maps native scores {inverse[label]} and {native} to label {label}: "
                               "a gold label does not say which native score to write",
                               "give the config a one-to-one label_map, or use --traces LABELS_DIR")
         inverse[label] = native
@@ -168,7 +168,7 @@ def gold_traces(cfg: TeacherConfig, judge, queries: list[QueryCandidates], reaso
                 out.dropped["no gold label"] += 1
                 continue
             if c.label not in native_of:
-                raise R3EdgeError(f"pair ({q.qid}, {c.docid}) has gold label {c.label}, not a student label of teacher "
+                raise InvalidInput(f"pair ({q.qid}, {c.docid}) has gold label {c.label}, not a student label of teacher "
                                   f"{cfg.name!r} ({sorted(native_of)})", "fix the pairs file's labels or choose another teacher config")
             if judge.two_round and not intent_ok:
                 out.dropped["intent reply not well formed"] += 1
@@ -225,13 +225,13 @@ def label_traces(cfg: TeacherConfig, judge, queries: list[QueryCandidates], pair
                   ("pairs_sha256", pairs_sha, "pass the pairs file that directory was labelled from"))
         for key, want, fix in checks:
             if m.get(key) != want:
-                raise R3EdgeError(f"{d}: labels have {key} {m.get(key)!r}, this SFT needs {want!r}", fix)
+                raise InvalidInput(f"{d}: labels have {key} {m.get(key)!r}, this SFT needs {want!r}", fix)
         cols = ["qid", "docid", "score", "native_score", "raw_intent", "raw_assessment"]
         for r in read_labels(d, allow_partial=True, columns=cols).to_pylist():
             out.considered += 1
             q, c = by_key.get((r["qid"], r["docid"]), (None, None))
             if q is None:
-                raise R3EdgeError(f"{d}: pair ({r['qid']}, {r['docid']}) is not in {pairs_path}",
+                raise InvalidInput(f"{d}: pair ({r['qid']}, {r['docid']}) is not in {pairs_path}",
                                   "pass the pairs file that directory was labelled from")
             pair = pair_context(cfg, q, c)
             history = None

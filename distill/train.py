@@ -25,7 +25,7 @@ from datasets import Dataset
 from transformers import Trainer, TrainerCallback, set_seed
 
 from r3edge.core.config import StudentConfig, load_yaml
-from r3edge.core.errors import R3EdgeError
+from r3edge.core.errors import InvalidInput
 from r3edge.core.labels import read_labels, read_manifest
 from r3edge.core.scoring import Encoded, Scorer
 from r3edge.distill.hf_trainer import ProgressCallback, training_arguments
@@ -123,13 +123,13 @@ def teacher_targets(table, n_labels: int, labels_dir: Path) -> np.ndarray:
     for i, p in enumerate(probs):
         where = f"{labels_dir}: record qid={qids[i]!r} docid={docids[i]!r}"
         if p is None or len(p) != n_labels:
-            raise R3EdgeError(
+            raise InvalidInput(
                 f"{where} has probs {p!r}; the student has {n_labels} labels",
                 "re-label with a judge whose label space matches the student's label_tokens",
             )
         row = np.asarray(p, dtype=np.float64)
         if not np.isfinite(row).all() or (row < 0).any() or abs(row.sum() - 1.0) > PROB_TOLERANCE:
-            raise R3EdgeError(f"{where} has probs {p!r}, not a probability distribution",
+            raise InvalidInput(f"{where} has probs {p!r}, not a probability distribution",
                               "fix the labelling backend: probs must be non-negative and sum to 1")
         out[i] = row / row.sum()
     return out
@@ -158,7 +158,7 @@ def gold_targets(table, n_labels: int, labels_dir: Path) -> list[int | None]:
     gold = table.column("gold").to_pylist() if "gold" in table.column_names else [None] * table.num_rows
     for i, g in enumerate(gold):
         if g is not None and not 0 <= g < n_labels:
-            raise R3EdgeError(f"{labels_dir}: record qid={table.column('qid')[i]!r} has gold label {g}; "
+            raise InvalidInput(f"{labels_dir}: record qid={table.column('qid')[i]!r} has gold label {g}; "
                               f"the student has labels 0..{n_labels - 1}",
                               "set train.gold_weight: 0, or map the gold labels into the student's label space")
     return gold
@@ -169,7 +169,7 @@ def split_by_query(qids: list[str], fraction: float, seed: int) -> tuple[np.ndar
     so that evaluation never sees a training query's other candidates; seeded."""
     unique = sorted(set(qids))
     if len(unique) < 2:
-        raise R3EdgeError(f"eval_fraction needs at least 2 queries, the labels have {len(unique)}",
+        raise InvalidInput(f"eval_fraction needs at least 2 queries, the labels have {len(unique)}",
                           "label more queries or set train.eval_fraction: 0")
     rng = np.random.default_rng(seed)
     held = set(rng.permutation(unique)[: max(1, round(fraction * len(unique)))].tolist())
@@ -213,7 +213,7 @@ def train_student(
     labels_dir = Path(labels_dir)
     config = load_yaml(student_config_path, StudentConfig)
     if max_steps is not None and max_steps <= 0:
-        raise R3EdgeError(f"--max-steps {max_steps} is not positive", "pass a positive number of steps or omit it")
+        raise InvalidInput(f"--max-steps {max_steps} is not positive", "pass a positive number of steps or omit it")
     table = read_labels(labels_dir)  # refuses an unfinished labelling run
     manifest = read_manifest(labels_dir)
     if eval_labels_dir is not None:
@@ -231,7 +231,7 @@ def train_student(
               "(no parsable sample); dropped", flush=True)
         table = table.filter(has_label)
     if table.num_rows == 0:
-        raise R3EdgeError(
+        raise InvalidInput(
             f"{labels_dir} has no records to train on ({n_total} total, {n_ok} format_ok, "
             f"drop_unformatted={drop_unformatted})",
             "label more pairs, or train without --drop-unformatted",
@@ -244,7 +244,7 @@ def train_student(
     targets = teacher_targets(table, scorer.spec.n_labels, labels_dir)
     gold = gold_targets(table, scorer.spec.n_labels, labels_dir) if tp.gold_weight > 0 else None
     if gold is not None and all(g is None for g in gold):
-        raise R3EdgeError(f"train.gold_weight is {tp.gold_weight} but no record of {labels_dir} has a gold label",
+        raise InvalidInput(f"train.gold_weight is {tp.gold_weight} but no record of {labels_dir} has a gold label",
                           "label a pairs file with gold labels, or set train.gold_weight: 0")
     dataset = build_dataset(scorer, table.column("query").to_pylist(), table.column("text").to_pylist(), targets, gold)
     eval_set = None

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from r3edge import __version__
 from r3edge.core.artifact import INPUT_NAMES, OUTPUT_NAME, PREFIX_GRAPHS, write_manifest
-from r3edge.core.errors import R3EdgeError, require
+from r3edge.core.errors import InvalidInput, require
 from r3edge.core.fileio import partial_dir, publish_dir
 from r3edge.core.scoring import SCORER_FILE, Scorer, plan_batches
 from r3edge.export.parity import ParityError, Tolerances, check_variant, load_pairs
@@ -38,7 +38,7 @@ def parse_variants(variants: Sequence[str] | str) -> list[str]:
         variants = [v.strip() for v in variants.split(",") if v.strip()]
     bad = [v for v in variants if v not in VARIANTS]
     if bad:
-        raise R3EdgeError(f"unknown export variant(s) {', '.join(bad)}", f"choose from {', '.join(VARIANTS)}")
+        raise InvalidInput(f"unknown export variant(s) {', '.join(bad)}", f"choose from {', '.join(VARIANTS)}")
     out = ["fp32"] + [v for v in dict.fromkeys(variants) if v != "fp32"]
     return out
 
@@ -59,11 +59,11 @@ def check_no_vocab_projection(model_path: Path, vocab_size: int, n_labels: int) 
     g = inferred.graph
     outs = [(o.name, [d.dim_value or d.dim_param for d in o.type.tensor_type.shape.dim]) for o in g.output]
     if [name for name, _ in outs] != [OUTPUT_NAME] or len(outs[0][1]) != 2 or outs[0][1][1] != n_labels:
-        raise R3EdgeError(f"exported graph outputs {outs}, expected [{OUTPUT_NAME} [batch, {n_labels}]]",
+        raise InvalidInput(f"exported graph outputs {outs}, expected [{OUTPUT_NAME} [batch, {n_labels}]]",
                           "export through r3edge.model.student.scoring_module")
     ins = {i.name: i.type.tensor_type.elem_type for i in g.input}
     if any(ins.get(n) != onnx.TensorProto.INT64 for n in INPUT_NAMES):
-        raise R3EdgeError(f"exported graph inputs {ins}, expected int64 {INPUT_NAMES}", "export through scoring_module")
+        raise InvalidInput(f"exported graph inputs {ins}, expected int64 {INPUT_NAMES}", "export through scoring_module")
     offenders = []
     for vi in list(g.value_info) + list(g.output):
         dims = vi.type.tensor_type.shape.dim
@@ -77,7 +77,7 @@ def check_no_vocab_projection(model_path: Path, vocab_size: int, n_labels: int) 
             if w and (w[0] if trans_b else w[-1]) == vocab_size:
                 offenders.append(n.name)
     if offenders:
-        raise R3EdgeError(
+        raise InvalidInput(
             f"exported graph projects onto the full vocabulary ({vocab_size}) at {offenders[:5]}",
             "the scoring graph must read only the label rows of the LM head (LabelScorer); fix the wrapper",
         )
@@ -142,9 +142,9 @@ def export_artifact(
     names = parse_variants(variants)
     default = default or "fp32"
     if default not in names:
-        raise R3EdgeError(f"default variant {default!r} is not among the exported {names}", "add it to --variants")
+        raise InvalidInput(f"default variant {default!r} is not among the exported {names}", "add it to --variants")
     if not (student_dir / SCORER_FILE).is_file():
-        raise R3EdgeError(
+        raise InvalidInput(
             f"student directory {student_dir} has no {SCORER_FILE}",
             "export a directory written by `r3edge train` (it holds weights + scorer.json + tokenizer.json)",
         )
@@ -158,7 +158,7 @@ def export_artifact(
     t0 = time.perf_counter()
     lm, scorer = load_student(student_dir)
     if prefix_reuse and scorer.spec.head != "label_rows":
-        raise R3EdgeError(f"--prefix-reuse needs a causal student; {student_dir} is scored by head {scorer.spec.head!r}",
+        raise InvalidInput(f"--prefix-reuse needs a causal student; {student_dir} is scored by head {scorer.spec.head!r}",
                           "export an encoder student without --prefix-reuse (its prefix attends to the document)")
     if hasattr(lm, "set_attn_implementation"):
         lm.set_attn_implementation("sdpa")  # exports cleanly with dynamo and matches eager

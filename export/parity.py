@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 from scipy.stats import kendalltau, spearmanr
 
-from r3edge.core.errors import R3EdgeError
+from r3edge.core.errors import InvalidInput, R3EdgeError
 from r3edge.core.scoring import Scorer, score_pairs
 
 RunBatch = Callable[[np.ndarray, np.ndarray], np.ndarray]
@@ -79,7 +79,7 @@ def load_pairs(calib_pairs: str | Path | None, limit: int) -> tuple[list[str], l
         pairs = [(q.query, c.text) for q in read_queries(calib_pairs) for c in q.candidates][:limit]
         source = Path(calib_pairs).name  # a name, not a path: artifacts hold no local paths
         if not pairs:
-            raise R3EdgeError(f"{calib_pairs} holds no pairs", "pass a pairs file with candidates")
+            raise InvalidInput(f"{calib_pairs} holds no pairs", "pass a pairs file with candidates")
     return [p[0] for p in pairs], [p[1] for p in pairs], source
 
 

@@ -106,7 +106,7 @@ from pathlib import Path
 
 import numpy as np
 
-from r3edge.core.errors import R3EdgeError
+from r3edge.core.errors import InvalidInput
 
 
 @dataclass(frozen=True)
@@ -618,7 +618,7 @@ def quantize(
 
             feeds = list(calib_feeds or [])
             if not feeds:
-                raise R3EdgeError(f"variant {preset.name} needs calibration pairs", "pass --calib PAIRS.jsonl (or use the built-in set)")
+                raise InvalidInput(f"variant {preset.name} needs calibration pairs", "pass --calib PAIRS.jsonl (or use the built-in set)")
             names = list(_weight_matmul_inputs(onnx.load(str(fp32_path))))
             stats = _activation_stats(fp32_path, feeds, names, gram=preset.gptq)
             info["calibration_pairs"] = _pairs_in(feeds)
@@ -640,7 +640,7 @@ def quantize(
 
         feeds = list(calib_feeds or [])
         if not feeds:
-            raise R3EdgeError(f"variant {preset.name} needs calibration pairs", "pass --calib PAIRS.jsonl (or use the built-in set)")
+            raise InvalidInput(f"variant {preset.name} needs calibration pairs", "pass --calib PAIRS.jsonl (or use the built-in set)")
         nodes = weight_matmuls(fp32_path)
         quantize_static(
             str(fp32_path), str(out_path), _FeedReader(feeds),
@@ -661,7 +661,7 @@ def quantize(
         info["calibration_batches"] = len(feeds)
         info["calibration_pairs"] = _pairs_in(feeds)
     else:
-        raise R3EdgeError(f"unknown quantization kind {preset.kind!r}", f"use one of {', '.join(PRESETS)}")
+        raise InvalidInput(f"unknown quantization kind {preset.kind!r}", f"use one of {', '.join(PRESETS)}")
     info["seconds"] = round(time.perf_counter() - t0, 2)
     log(f"[export] {preset.name}: {preset.description} ({info['seconds']} s)")
     return info

@@ -16,7 +16,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from r3edge.core.config import resolve_config
-from r3edge.core.errors import R3EdgeError
+from r3edge.core.errors import InvalidInput
 from r3edge.core.scoring import DEFAULT_MAX_BATCH_SIZE, DEFAULT_MAX_BATCH_TOKENS, GPU_MAX_BATCH_TOKENS
 
 ENV_PREFIX = "R3EDGE_"
@@ -66,7 +66,7 @@ class ServeConfig(BaseModel):
         except ValidationError as exc:
             first = exc.errors()[0]
             field = ".".join(str(p) for p in first["loc"]) or "(top level)"
-            raise R3EdgeError(
+            raise InvalidInput(
                 f"serve setting '{field}': {first['msg']}",
                 f"fix --{field.replace('_', '-')} / {cls.env_name(field)} / the YAML key",
             ) from exc

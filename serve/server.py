@@ -56,6 +56,7 @@ STATUS_OF: dict[ErrorKind, grpc.StatusCode] = {
     ErrorKind.DEADLINE: grpc.StatusCode.DEADLINE_EXCEEDED,
     ErrorKind.CONFLICT: grpc.StatusCode.ABORTED,
     ErrorKind.QUALITY: grpc.StatusCode.INTERNAL,
+    ErrorKind.INTERNAL: grpc.StatusCode.INTERNAL,
 }
 
 

@@ -30,7 +30,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from r3edge.core.errors import R3EdgeError, Unavailable
+from r3edge.core.errors import InvalidInput, R3EdgeError, Unavailable
 from r3edge.distill.backends import Conversation, Generation
 
 TOP_LOGPROBS = 20
@@ -44,10 +44,10 @@ class OpenAIBackend:
                  timeout_s: float = 600.0, retries: int = 5, backoff_s: float = 1.0):
         self.base_url = (base_url or teacher_config.base_url or "").rstrip("/")
         if not self.base_url:
-            raise R3EdgeError("the openai backend needs a server address", "pass --base-url http://HOST:PORT/v1")
+            raise InvalidInput("the openai backend needs a server address", "pass --base-url http://HOST:PORT/v1")
         self.model = teacher_config.served_model or teacher_config.model.pretrained
         if not self.model:
-            raise R3EdgeError(f"teacher config {teacher_config.name!r} names no model for the server",
+            raise InvalidInput(f"teacher config {teacher_config.name!r} names no model for the server",
                               "set 'served_model' (the name the server lists at /v1/models)")
         self.params = teacher_config.generation
         self.timeout_s, self.retries, self.backoff_s = timeout_s, retries, backoff_s
@@ -72,7 +72,7 @@ class OpenAIBackend:
             except urllib.error.HTTPError as exc:
                 detail = exc.read().decode("utf-8", "replace")[:500]
                 if exc.code not in RETRY_STATUS or attempt == self.retries:
-                    raise R3EdgeError(f"{method} {url} answered HTTP {exc.code}: {detail}", _fix_for(exc.code, self.model)) from exc
+                    raise InvalidInput(f"{method} {url} answered HTTP {exc.code}: {detail}", _fix_for(exc.code, self.model)) from exc
             except (urllib.error.URLError, TimeoutError, ConnectionError) as exc:
                 if attempt == self.retries:
                     raise Unavailable(f"cannot reach {url} ({exc})",
@@ -87,7 +87,7 @@ class OpenAIBackend:
     def _check_model(self) -> None:
         listed = [m.get("id") for m in self._request("GET", "/models").get("data", [])]
         if self.model not in listed:
-            raise R3EdgeError(f"the server at {self.base_url} serves {listed}, not {self.model!r}",
+            raise InvalidInput(f"the server at {self.base_url} serves {listed}, not {self.model!r}",
                               "set 'served_model' in the teacher config to one of those names")
 
     def _chat(self, conv: Conversation, **kw) -> dict:
@@ -176,7 +176,7 @@ def _score_probs(resp: dict, score_tokens: Sequence[str], base_url: str) -> np.n
 
 
 def _no_logprobs(base_url: str) -> R3EdgeError:
-    return R3EdgeError(f"the server at {base_url} returned no logprobs, so the teacher's score distribution cannot be read",
+    return InvalidInput(f"the server at {base_url} returned no logprobs, so the teacher's score distribution cannot be read",
                        "use a server that supports logprobs/top_logprobs in chat completions (vLLM, SGLang), "
                        "and do not start it with logprobs disabled")
 

@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from r3edge.core.config import GenerationParams, ModelSpec
-from r3edge.core.errors import R3EdgeError, require
+from r3edge.core.errors import InvalidInput, require
 from r3edge.core.sequences import common_prefix_length
 from r3edge.distill.backends import Conversation, Generation
 
@@ -39,7 +39,7 @@ class TransformersBackend:
             self.tokenizer.pad_token = self.tokenizer.eos_token
         self.tokenizer.padding_side = "left"
         if not getattr(self.tokenizer, "chat_template", None):
-            raise R3EdgeError(f"tokenizer {spec.tokenizer_ref!r} has no chat template",
+            raise InvalidInput(f"tokenizer {spec.tokenizer_ref!r} has no chat template",
                               "use an instruct model's tokenizer (R³A is a multi-turn chat protocol)")
         # generation is the labelling bottleneck: run it on the GPU whenever there is one
         self.device = "cuda" if _torch.cuda.is_available() else "cpu"
@@ -76,7 +76,7 @@ class TransformersBackend:
             single = tok.encode(t, add_special_tokens=False)
             joined = tok.encode(after + t, add_special_tokens=False)
             if len(single) != 1 or joined != prefix + single:
-                raise R3EdgeError(
+                raise InvalidInput(
                     f"score token {t!r} is not a single token after {after!r} in the teacher's tokenizer "
                     f"({single} / {joined})",
                     "use a teacher whose tokenizer splits digits into single tokens (Qwen2.5, SmolLM2, Llama 3)",
@@ -241,7 +241,7 @@ class TransformersBackend:
                 # has at least one new token, whether or not generation had already fed it
                 feed = [([new[j][keep[j] - 1]] if keep[j] > 0 else []) + tails[j] for j in range(len(rows))]
                 if not all(feed):
-                    raise R3EdgeError("the judge's completion is empty", "a judge's repair must end with its score marker")
+                    raise InvalidInput("the judge's completion is empty", "a judge's repair must end with its score marker")
                 step_ids, step_mask = self._pad(feed)  # every row non-empty (checked above)
                 gen_len = cached - ids.shape[1]
                 gen_mask = torch.tensor([[1 if k < keep[j] - 1 else 0 for k in range(gen_len)]

@@ -26,7 +26,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from r3edge.core.errors import R3EdgeError
+from r3edge.core.errors import InvalidInput
 
 #: judge name -> module under r3edge.distill.judges that defines ``JUDGE``
 JUDGES = {
@@ -100,7 +100,7 @@ class Judge(Protocol):
 
 def get_judge(name: str) -> Judge:
     if name not in JUDGES:
-        raise R3EdgeError(f"unknown judge {name!r}", f"set 'judge' in the teacher config to one of {sorted(JUDGES)}")
+        raise InvalidInput(f"unknown judge {name!r}", f"set 'judge' in the teacher config to one of {sorted(JUDGES)}")
     return importlib.import_module(JUDGES[name]).JUDGE
 
 

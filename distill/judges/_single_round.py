@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from r3edge.core.errors import R3EdgeError
+from r3edge.core.errors import InvalidInput, R3EdgeError
 from r3edge.distill.judges import Assessment, Intent, Messages, PairContext, close_think, tag_problems
 
 SCORE_OPEN = "<score>"
@@ -32,14 +32,14 @@ class SingleRound:
         raise self._no_intent()
 
     def _no_intent(self) -> R3EdgeError:
-        return R3EdgeError(
+        return InvalidInput(
             f"judge {self.name!r} is single-round: it has no intent round",
             "call assess_messages(pair, None) directly (two_round is False for this judge)",
         )
 
     def _check_history(self, history: Messages | None) -> None:
         if history:
-            raise R3EdgeError(
+            raise InvalidInput(
                 f"judge {self.name!r} is single-round but was given a {len(history)}-message history",
                 "pass history=None: this judge's assessment prompt is the whole conversation",
             )

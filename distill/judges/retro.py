@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from r3edge.core.errors import R3EdgeError
+from r3edge.core.errors import InvalidInput
 from r3edge.distill.judges import Assessment, Messages, PairContext, templates_hash
 from r3edge.distill.judges._single_round import (
     SCORE_OPEN,
@@ -138,9 +138,9 @@ def sample_weights(scores: Sequence[int | None], logprobs: Sequence[float | None
     """Each sample's unnormalised weight in :func:`integrate`: 0 for an unparsable sample, else 1
     (``uniform``) or exp(logprob - the largest parsed logprob) (``likelihood``)."""
     if mode not in ("uniform", "likelihood"):
-        raise R3EdgeError(f"integration mode {mode!r} is unknown", "use 'uniform' or 'likelihood'")
+        raise InvalidInput(f"integration mode {mode!r} is unknown", "use 'uniform' or 'likelihood'")
     if logprobs is not None and len(logprobs) != len(scores):
-        raise R3EdgeError(f"{len(scores)} scores but {len(logprobs)} log-likelihoods", "pass one log-likelihood per sample")
+        raise InvalidInput(f"{len(scores)} scores but {len(logprobs)} log-likelihoods", "pass one log-likelihood per sample")
     used = [i for i, s in enumerate(scores) if s is not None]
     weights = [0.0] * len(scores)
     if not used:
@@ -150,11 +150,11 @@ def sample_weights(scores: Sequence[int | None], logprobs: Sequence[float | None
             weights[i] = 1.0
         return weights
     if logprobs is None:
-        raise R3EdgeError("likelihood integration needs the samples' log-likelihoods",
+        raise InvalidInput("likelihood integration needs the samples' log-likelihoods",
                           "have the backend return each trajectory's log-likelihood, or use integration: uniform")
     lps = [logprobs[i] for i in used]
     if any(lp is None or not math.isfinite(lp) for lp in lps):
-        raise R3EdgeError("a parsed sample has no finite log-likelihood",
+        raise InvalidInput("a parsed sample has no finite log-likelihood",
                           "have the backend return each trajectory's log-likelihood, or use integration: uniform")
     top = max(lps)
     for i, lp in zip(used, lps):
@@ -167,7 +167,7 @@ def closest_sample(scores: Sequence[int | None], integrated: float | None) -> in
     score (the first one on a tie)."""
     candidates = [(abs(s - integrated), i) for i, s in enumerate(scores) if s is not None] if integrated is not None else []
     if not candidates:
-        raise R3EdgeError("no sample parsed, so none can be kept", "drop this pair from the SFT data")
+        raise InvalidInput("no sample parsed, so none can be kept", "drop this pair from the SFT data")
     return min(candidates)[1]
 
 

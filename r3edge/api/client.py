@@ -10,7 +10,7 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from r3edge.api import SERVICE_NAME, pb2, pb2_grpc
-from r3edge.core.errors import R3EdgeError
+from r3edge.core.errors import InvalidInput
 
 
 @dataclass(frozen=True)
@@ -65,7 +65,7 @@ class RerankerClient:
             if self.is_serving(timeout=min(2.0, max(0.1, end - time.monotonic()))):
                 return
             time.sleep(0.2)
-        raise R3EdgeError(f"no SERVING reranker at {self.target} after {timeout:.0f} s",
+        raise InvalidInput(f"no SERVING reranker at {self.target} after {timeout:.0f} s",
                           "start one with `r3edge serve ARTIFACT --port ...` and check the address")
 
     def close(self) -> None:

@@ -34,11 +34,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from r3edge.benchmarks.report import write_report
     from r3edge.benchmarks.systems import bench_systems
-    from r3edge.core.errors import R3EdgeError
+    from r3edge.core.errors import InvalidInput
     from r3edge.core.pairs import read_queries
 
     if args.requests < 1 or args.concurrency < 1 or args.top_k < 0:
-        raise R3EdgeError("--requests and --concurrency must be >= 1 and --top-k >= 0", "fix the numbers")
+        raise InvalidInput("--requests and --concurrency must be >= 1 and --top-k >= 0", "fix the numbers")
     queries = read_queries(args.pairs)[: args.max_queries]
     limits = {k: getattr(args, k) for k in ("max_concurrent_requests", "max_batch_tokens", "max_batch_size")
               if getattr(args, k) is not None}

@@ -22,12 +22,12 @@ def configure(parser):
 def run(args) -> int:
     import json
 
-    from r3edge.core.errors import R3EdgeError
+    from r3edge.core.errors import InvalidInput
     from r3edge.core.fileio import atomic_write_text
     from r3edge.distill.evaluate import artifact_score_fn, evaluate, print_table, server_score_fn, torch_student_score_fn
 
     if args.variant and not args.artifact:
-        raise R3EdgeError("--variant applies only to --artifact", "drop --variant, or evaluate an artifact with --artifact DIR")
+        raise InvalidInput("--variant applies only to --artifact", "drop --variant, or evaluate an artifact with --artifact DIR")
     if args.student:
         score_fn = torch_student_score_fn(args.student)
     elif args.artifact:

@@ -40,12 +40,12 @@ def configure(parser):
 
 
 def run(args) -> int:
-    from r3edge.core.errors import R3EdgeError
+    from r3edge.core.errors import InvalidInput
     from r3edge.export.onnx import export_artifact, parse_variants
 
     parse_variants(args.variants)  # fail on a typo before loading anything heavy
     if args.max_calib <= 0:
-        raise R3EdgeError(f"--max-calib {args.max_calib}", "pass a positive number of pairs")
+        raise InvalidInput(f"--max-calib {args.max_calib}", "pass a positive number of pairs")
     export_artifact(
         args.student_dir, args.out, variants=args.variants, calib_pairs=args.calib, max_calib=args.max_calib,
         opset=args.opset, atol=args.atol, default=args.default_variant, threads=args.threads,

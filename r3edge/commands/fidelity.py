@@ -59,12 +59,12 @@ def _step(title: str) -> None:
 
 
 def run(args) -> int:
-    from r3edge.core.errors import R3EdgeError
+    from r3edge.core.errors import InvalidInput
     from r3edge.core.pairs import read_queries, write_queries
     from r3edge.distill.datasets import sample_queries, semeval_queries
 
     if args.vllm and args.base_url:
-        raise R3EdgeError("--vllm and --base-url both given", "start a server with --vllm, or use a running one with --base-url")
+        raise InvalidInput("--vllm and --base-url both given", "start a server with --vllm, or use a running one with --base-url")
     out = Path(args.out)
     data = out / "data"
     data.mkdir(parents=True, exist_ok=True)

@@ -76,7 +76,7 @@ def run(args) -> int:
 
 
 def _demo(args) -> int:
-    from r3edge.core.errors import R3EdgeError
+    from r3edge.core.errors import InvalidInput
     from r3edge.core.pairs import write_queries
     from r3edge.distill.ugc import generate
 
@@ -85,7 +85,7 @@ def _demo(args) -> int:
             setattr(args, name, default)
     n_queries = 12 if args.queries is None else int(args.queries)
     if n_queries <= 0 or args.candidates <= 0:
-        raise R3EdgeError("--queries and --candidates must be positive", "pass e.g. --queries 12 --candidates 12")
+        raise InvalidInput("--queries and --candidates must be positive", "pass e.g. --queries 12 --candidates 12")
     queries = generate(n_queries, args.candidates, seed=args.seed, start=args.start, qid_prefix=args.qid_prefix)
     write_queries(args.out, queries)
     n = sum(len(q.candidates) for q in queries)

@@ -26,11 +26,11 @@ def _read_candidates(path: str) -> list[tuple[str, str]]:
     import json
     from pathlib import Path
 
-    from r3edge.core.errors import R3EdgeError
+    from r3edge.core.errors import InvalidInput
 
     p = Path(path)
     if not p.is_file():
-        raise R3EdgeError(f"candidates file {p} does not exist", "pass a JSONL file with {\"id\", \"text\"} lines")
+        raise InvalidInput(f"candidates file {p} does not exist", "pass a JSONL file with {\"id\", \"text\"} lines")
     out = []
     for lineno, line in enumerate(p.read_text(encoding="utf-8").splitlines(), start=1):
         if not line.strip():
@@ -40,15 +40,15 @@ def _read_candidates(path: str) -> list[tuple[str, str]]:
             cid = obj.get("id", obj.get("docid"))
             text = obj["text"]
         except (json.JSONDecodeError, KeyError, AttributeError) as exc:
-            raise R3EdgeError(f"{p}:{lineno}: expected {{\"id\", \"text\"}} ({exc})", "fix that line") from exc
+            raise InvalidInput(f"{p}:{lineno}: expected {{\"id\", \"text\"}} ({exc})", "fix that line") from exc
         if cid is None:
-            raise R3EdgeError(f"{p}:{lineno}: missing field 'id'", "give every candidate an id (or docid)")
+            raise InvalidInput(f"{p}:{lineno}: missing field 'id'", "give every candidate an id (or docid)")
         out.append((str(cid), str(text)))
     return out
 
 
 def run(args: argparse.Namespace) -> int:
-    from r3edge.core.errors import R3EdgeError
+    from r3edge.core.errors import InvalidInput, R3EdgeError
 
     query = args.query
     texts: dict[str, str] = {}
@@ -61,14 +61,14 @@ def run(args: argparse.Namespace) -> int:
         else:
             found = [q for q in queries if q.qid == args.qid]
             if not found:
-                raise R3EdgeError(f"qid {args.qid!r} is not in {args.pairs}", f"use one of {[q.qid for q in queries][:10]}")
+                raise InvalidInput(f"qid {args.qid!r} is not in {args.pairs}", f"use one of {[q.qid for q in queries][:10]}")
             q = found[0]
         query = query or q.query
         cands = [(c.docid, c.text) for c in q.candidates]
     else:
         cands = _read_candidates(args.candidates)
         if not query:
-            raise R3EdgeError("--query is required with --candidates", "pass --query 'your question'")
+            raise InvalidInput("--query is required with --candidates", "pass --query 'your question'")
     texts = dict(cands)
 
     import grpc
@@ -79,6 +79,7 @@ def run(args: argparse.Namespace) -> int:
         try:
             resp = client.rerank_raw(query, cands, top_k=args.top_k)
         except grpc.RpcError as exc:
+            # the server's status says whose fault it was; this CLI only relays it
             raise R3EdgeError(f"server at {args.target} answered {exc.code().name}: {exc.details()}",
                               "check the request (INVALID_ARGUMENT) or that the server runs (UNAVAILABLE)") from exc
     t = resp.timing

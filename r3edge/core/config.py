@@ -14,7 +14,7 @@ from typing import ClassVar, Literal, TypeVar
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError, model_validator
 
-from r3edge.core.errors import R3EdgeError
+from r3edge.core.errors import InvalidInput
 
 T = TypeVar("T", bound=BaseModel)
 
@@ -248,7 +248,7 @@ def resolve_config(ref: str | Path, kind: str) -> Path:
         if shipped.is_file():
             return Path(str(shipped))
     names = ", ".join(shipped_configs(kind)) or "none"
-    raise R3EdgeError(f"{kind} config {str(ref)!r} is neither a YAML file nor a shipped {kind} config",
+    raise InvalidInput(f"{kind} config {str(ref)!r} is neither a YAML file nor a shipped {kind} config",
                       f"pass a path to a YAML file or one of the shipped names: {names}")
 
 
@@ -262,15 +262,15 @@ def load_yaml(path: str | Path, cls: type[T]) -> T:
         path = resolve_config(path, kind)
     path = Path(path)
     if not path.is_file():
-        raise R3EdgeError(f"config {path} does not exist", f"pass a YAML file that holds a {cls.__name__}")
+        raise InvalidInput(f"config {path} does not exist", f"pass a YAML file that holds a {cls.__name__}")
     try:
         raw = yaml.safe_load(path.read_text()) or {}
     except yaml.YAMLError as exc:
-        raise R3EdgeError(f"config {path} is not valid YAML ({exc})", "fix the YAML syntax") from exc
+        raise InvalidInput(f"config {path} is not valid YAML ({exc})", "fix the YAML syntax") from exc
     try:
         return cls.model_validate(raw)
     except ValidationError as exc:
         first = exc.errors()[0]
         field = ".".join(str(p) for p in first["loc"]) or "(top level)"
-        raise R3EdgeError(f"config {path}: field '{field}': {first['msg']}",
+        raise InvalidInput(f"config {path}: field '{field}': {first['msg']}",
                           f"fix that field; the shipped {kind or cls.__name__} configs are examples") from exc

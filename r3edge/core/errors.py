@@ -24,16 +24,20 @@ class ErrorKind(StrEnum):
     DEADLINE = "deadline"                  # the caller's deadline passed
     CONFLICT = "conflict"                  # someone else holds the resource (e.g. a labeling lock)
     QUALITY = "quality"                    # a numeric check failed (export parity, label validity)
+    INTERNAL = "internal"                  # r3edge itself failed: a bug or a broken environment, not the caller's fault
 
 
 class R3EdgeError(Exception):
     """A user-facing error: ``what`` is wrong, ``fix`` says how to repair it.
 
     ``field`` names the offending input (``query``, ``candidates[3].text``, ``--shard``) where
-    there is one; messages for clients start with it.
+    there is one; messages for clients start with it. A bare ``R3EdgeError`` is r3edge's own
+    failure (kind ``INTERNAL``): whoever blames the caller says so by raising :class:`InvalidInput`
+    (or another subclass), so a client is never told to fix a request that was fine, and retries
+    what it should.
     """
 
-    kind: ErrorKind = ErrorKind.INVALID_INPUT
+    kind: ErrorKind = ErrorKind.INTERNAL
 
     def __init__(self, what: str, fix: str | None = None, *, kind: ErrorKind | None = None,
                  field: str | None = None):
@@ -46,6 +50,8 @@ class R3EdgeError(Exception):
 
 
 class InvalidInput(R3EdgeError):
+    """The caller is at fault: a request, record, file content, config field or flag value is wrong."""
+
     kind = ErrorKind.INVALID_INPUT
 
 

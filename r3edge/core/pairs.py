@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from r3edge.core.errors import R3EdgeError
+from r3edge.core.errors import InvalidInput
 from r3edge.core.fileio import atomic_write_text
 
 
@@ -77,12 +77,12 @@ class Pair:
 
 def _need(obj: dict, key: str, typ, where: str):
     if key not in obj:
-        raise R3EdgeError(f"{where}: missing field '{key}'", f"add '{key}' ({typ.__name__}) to the record")
+        raise InvalidInput(f"{where}: missing field '{key}'", f"add '{key}' ({typ.__name__}) to the record")
     val = obj[key]
     if typ is str and isinstance(val, (int, float)) and not isinstance(val, bool):
         val = str(val)
     if not isinstance(val, typ):
-        raise R3EdgeError(
+        raise InvalidInput(
             f"{where}: field '{key}' is {type(val).__name__}, expected {typ.__name__}",
             f"write '{key}' as a JSON {'string' if typ is str else typ.__name__}",
         )
@@ -94,7 +94,7 @@ def _label(obj: dict, where: str) -> int | None:
     if lab is None:
         return None
     if isinstance(lab, bool) or not isinstance(lab, (int, float)) or int(lab) != lab:
-        raise R3EdgeError(f"{where}: field 'label' is {lab!r}", "use an integer graded label such as 0, 1 or 2")
+        raise InvalidInput(f"{where}: field 'label' is {lab!r}", "use an integer graded label such as 0, 1 or 2")
     return int(lab)
 
 
@@ -103,7 +103,7 @@ def _aux(obj: dict, where: str) -> list[str] | None:
     if aux is None:
         return None
     if not isinstance(aux, list) or not all(isinstance(a, str) for a in aux):
-        raise R3EdgeError(f"{where}: field 'aux' must be a list of strings", "write aux as [\"text\", ...]")
+        raise InvalidInput(f"{where}: field 'aux' must be a list of strings", "write aux as [\"text\", ...]")
     return aux
 
 
@@ -114,7 +114,7 @@ def _meta(obj: dict, where: str, key: str = "meta") -> dict | None:
     if meta is None:
         return None
     if not isinstance(meta, dict):
-        raise R3EdgeError(f"{where}: field '{key}' must be a JSON object", f'write {key} as {{"title": ..., "site": ...}}')
+        raise InvalidInput(f"{where}: field '{key}' must be a JSON object", f'write {key} as {{"title": ..., "site": ...}}')
     return meta
 
 
@@ -122,7 +122,7 @@ def read_queries(path: str | Path) -> list[QueryCandidates]:
     """Read a pairs file in either form; every error names the line."""
     path = Path(path)
     if not path.is_file():
-        raise R3EdgeError(f"pairs file {path} does not exist", "pass a JSONL file (`r3edge pairs --help` makes one)")
+        raise InvalidInput(f"pairs file {path} does not exist", "pass a JSONL file (`r3edge pairs --help` makes one)")
     groups: dict[str, QueryCandidates] = {}
     with path.open(encoding="utf-8") as fh:
         for lineno, line in enumerate(fh, start=1):
@@ -132,9 +132,9 @@ def read_queries(path: str | Path) -> list[QueryCandidates]:
             try:
                 obj = json.loads(line)
             except json.JSONDecodeError as exc:
-                raise R3EdgeError(f"{where}: not valid JSON ({exc.msg} at column {exc.colno})", "fix or remove that line") from exc
+                raise InvalidInput(f"{where}: not valid JSON ({exc.msg} at column {exc.colno})", "fix or remove that line") from exc
             if not isinstance(obj, dict):
-                raise R3EdgeError(f"{where}: expected a JSON object", "write one object per line")
+                raise InvalidInput(f"{where}: expected a JSON object", "write one object per line")
             qid = _need(obj, "qid", str, where)
             query = _need(obj, "query", str, where)
             if "candidates" in obj:
@@ -143,14 +143,14 @@ def read_queries(path: str | Path) -> list[QueryCandidates]:
                 for j, c in enumerate(cands_raw):
                     cw = f"{where} candidates[{j}]"
                     if not isinstance(c, dict):
-                        raise R3EdgeError(f"{cw}: expected an object", "write {\"docid\":..., \"text\":...}")
+                        raise InvalidInput(f"{cw}: expected an object", "write {\"docid\":..., \"text\":...}")
                     rank = c.get("rank")
                     cands.append(
                         Candidate(_need(c, "docid", str, cw), _need(c, "text", str, cw), _label(c, cw),
                                   int(rank) if rank is not None else None, _meta(c, cw))
                     )
                 if qid in groups:
-                    raise R3EdgeError(f"{where}: qid {qid!r} appears twice", "merge its candidates into one line")
+                    raise InvalidInput(f"{where}: qid {qid!r} appears twice", "merge its candidates into one line")
                 groups[qid] = QueryCandidates(qid, query, cands, _aux(obj, where), _meta(obj, where))
             else:
                 cand = Candidate(_need(obj, "docid", str, where), _need(obj, "text", str, where), _label(obj, where),
@@ -160,17 +160,17 @@ def read_queries(path: str | Path) -> list[QueryCandidates]:
                     groups[qid] = QueryCandidates(qid, query, [cand], _aux(obj, where), _meta(obj, where, "query_meta"))
                 else:
                     if g.query != query:
-                        raise R3EdgeError(f"{where}: qid {qid!r} has a different query text than before",
+                        raise InvalidInput(f"{where}: qid {qid!r} has a different query text than before",
                                           "use one query text per qid")
                     cand.rank = None
                     g.candidates.append(cand)
     if not groups:
-        raise R3EdgeError(f"pairs file {path} holds no records", "write at least one JSON line")
+        raise InvalidInput(f"pairs file {path} holds no records", "write at least one JSON line")
     for g in groups.values():
         seen = set()
         for c in g.candidates:
             if c.docid in seen:
-                raise R3EdgeError(f"{path}: qid {g.qid!r} lists docid {c.docid!r} twice", "keep one copy of each candidate")
+                raise InvalidInput(f"{path}: qid {g.qid!r} lists docid {c.docid!r} twice", "keep one copy of each candidate")
             seen.add(c.docid)
     return list(groups.values())
 

@@ -24,7 +24,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from r3edge.core.errors import FormatError, InvalidInput, NotFound, R3EdgeError
+from r3edge.core.errors import FormatError, InvalidInput, NotFound
 
 SCORER_FILE = "scorer.json"
 TOKENIZER_FILE = "tokenizer.json"
@@ -98,25 +98,25 @@ class ScorerSpec:
 
     def __post_init__(self):
         if len(self.label_tokens) != len(self.label_values):
-            raise R3EdgeError(
+            raise InvalidInput(
                 f"scorer spec: label_tokens has {len(self.label_tokens)} entries but label_values has "
                 f"{len(self.label_values)}",
                 "give one value per label token",
             )
         if self.head not in HEADS:
-            raise R3EdgeError(f"scorer spec: head={self.head!r}", f"use one of {', '.join(HEADS)}")
+            raise InvalidInput(f"scorer spec: head={self.head!r}", f"use one of {', '.join(HEADS)}")
         if self.head == "classifier" and self.label_token_ids:
-            raise R3EdgeError(
+            raise InvalidInput(
                 "scorer spec: a classifier head has no label token ids (its labels are head outputs)",
                 "drop label_token_ids, or use head: label_rows",
             )
         if self.padding_side not in ("left", "right"):
-            raise R3EdgeError(
+            raise InvalidInput(
                 f"scorer spec: padding_side={self.padding_side!r}", "use 'left' or 'right'"
             )
         for name in ("max_query_tokens", "max_doc_tokens", "max_total_tokens"):
             if getattr(self, name) <= 0:
-                raise R3EdgeError(f"scorer spec: {name} must be positive", f"set {name} > 0")
+                raise InvalidInput(f"scorer spec: {name} must be positive", f"set {name} > 0")
 
     @property
     def n_labels(self) -> int:
@@ -207,7 +207,7 @@ class Scorer:
         self._tail = self._ids(spec.template.tail)
         self.fixed_tokens = len(self._head) + len(self._mid) + len(self._tail)
         if self.fixed_tokens + spec.max_query_tokens + 1 > spec.max_total_tokens:
-            raise R3EdgeError(
+            raise InvalidInput(
                 f"scorer spec: max_total_tokens={spec.max_total_tokens} leaves no room for a document "
                 f"(template {self.fixed_tokens} + query {spec.max_query_tokens} tokens)",
                 "raise max_total_tokens or lower max_query_tokens",
@@ -244,7 +244,7 @@ class Scorer:
         for tok in label_tokens if head == "label_rows" else ():
             enc = tokenizer.encode(tok, add_special_tokens=False).ids
             if len(enc) != 1:
-                raise R3EdgeError(
+                raise InvalidInput(
                     f"label token {tok!r} is {len(enc)} tokens in this tokenizer, not one",
                     "choose label_tokens that are single tokens (digits are in Qwen and SmolLM2)",
                 )
@@ -295,7 +295,7 @@ class Scorer:
         for tok, tid in zip(self.spec.label_tokens, self.spec.label_token_ids, strict=True):
             got = self.tokenizer.encode(tok, add_special_tokens=False).ids
             if got != [tid]:
-                raise R3EdgeError(
+                raise InvalidInput(
                     f"label token {tok!r} has id {tid} in scorer.json but encodes to {got} with this tokenizer",
                     "the artifact mixes files from different models; re-export it from one student directory",
                 )
@@ -348,7 +348,7 @@ class Scorer:
         can reuse a prefix (an encoder's prefix tokens attend to the document).
         """
         if self.spec.head != "label_rows":
-            raise R3EdgeError(f"prefix reuse needs a causal student (head label_rows), not head {self.spec.head!r}",
+            raise InvalidInput(f"prefix reuse needs a causal student (head label_rows), not head {self.spec.head!r}",
                               "score this artifact through its single graph")
         groups: dict[tuple[int, ...], list[int]] = {}
         for i, e in enumerate(encoded):
@@ -420,7 +420,7 @@ def plan_batches(
     longer than the budget still gets a batch of its own.
     """
     if max_batch_tokens <= 0 or max_batch_size <= 0:
-        raise R3EdgeError("max_batch_tokens and max_batch_size must be positive", "set both > 0")
+        raise InvalidInput("max_batch_tokens and max_batch_size must be positive", "set both > 0")
     order = sorted(range(len(lengths)), key=lambda i: lengths[i])
     batches: list[list[int]] = []
     cur: list[int] = []

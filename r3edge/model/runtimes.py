@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from r3edge.core.artifact import Runtime
-from r3edge.core.errors import R3EdgeError
+from r3edge.core.errors import InvalidInput
 
 BACKENDS = ("onnxruntime", "torch")
 
@@ -34,7 +34,7 @@ def load_runtime(
         from r3edge.model.torch_runtime import TorchRuntime  # torch only on request
 
         return TorchRuntime(artifact_dir, variant=variant, threads=threads)
-    raise R3EdgeError(f"unknown runtime backend {backend!r}", f"use one of {', '.join(BACKENDS)}")
+    raise InvalidInput(f"unknown runtime backend {backend!r}", f"use one of {', '.join(BACKENDS)}")
 
 
 __all__ = ["Runtime", "load_runtime", "BACKENDS"]

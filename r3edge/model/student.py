@@ -23,7 +23,7 @@ import torch
 from torch import nn
 
 from r3edge.core.config import StudentConfig
-from r3edge.core.errors import R3EdgeError
+from r3edge.core.errors import InvalidInput
 from r3edge.core.fileio import partial_dir, publish_dir
 from r3edge.core.scoring import (
     DEFAULT_INSTRUCTION,
@@ -100,17 +100,17 @@ def scoring_module(model: nn.Module, scorer: Scorer) -> nn.Module:
         return LabelScorer(model, spec.label_token_ids)
     if spec.head == "classifier":
         if model.config.num_labels != spec.n_labels:
-            raise R3EdgeError(f"the encoder has {model.config.num_labels} outputs but scorer.json has {spec.n_labels} labels",
+            raise InvalidInput(f"the encoder has {model.config.num_labels} outputs but scorer.json has {spec.n_labels} labels",
                               "the student directory mixes files from two models; re-run `r3edge train`")
         if spec.padding_side != "right":
-            raise R3EdgeError("a classifier-head scorer pads on the left, so position 0 would be a pad, not [CLS]",
+            raise InvalidInput("a classifier-head scorer pads on the left, so position 0 would be a pad, not [CLS]",
                               "set scorer.padding_side: right in the student config and retrain")
         sep = scorer.tokenizer.encode(spec.template.mid, add_special_tokens=False).ids
         if len(sep) != 1:
-            raise R3EdgeError(f"the encoder's template separator {spec.template.mid!r} is {len(sep)} tokens, not one",
+            raise InvalidInput(f"the encoder's template separator {spec.template.mid!r} is {len(sep)} tokens, not one",
                               "build the template with PromptTemplate.pair(cls_token, sep_token)")
         return EncoderScorer(model, sep[0])
-    raise R3EdgeError(f"scorer.json head {spec.head!r} has no scoring graph", "re-run `r3edge train`")
+    raise InvalidInput(f"scorer.json head {spec.head!r} has no scoring graph", "re-run `r3edge train`")
 
 
 def vocab_size(model: nn.Module) -> int:
@@ -127,7 +127,7 @@ def create_student(config: StudentConfig) -> tuple[nn.Module, Scorer]:
     head = HEAD_OF_KIND[spec.kind]
     if head == "classifier":
         if not (hf_tok.cls_token and hf_tok.sep_token):
-            raise R3EdgeError(f"tokenizer {spec.tokenizer_ref} has no [CLS]/[SEP] tokens", "use the encoder's own tokenizer")
+            raise InvalidInput(f"tokenizer {spec.tokenizer_ref} has no [CLS]/[SEP] tokens", "use the encoder's own tokenizer")
         template = PromptTemplate.pair(hf_tok.cls_token, hf_tok.sep_token)
     else:
         template = PromptTemplate.chatml(budget.instruction or DEFAULT_INSTRUCTION)
@@ -145,13 +145,13 @@ def create_student(config: StudentConfig) -> tuple[nn.Module, Scorer]:
         lm = load_model(spec, num_labels=scorer.spec.n_labels, id2label=dict(enumerate(scorer.spec.label_tokens)))
         positions = getattr(lm.config, "max_position_embeddings", None)
         if positions is not None and budget.max_total_tokens > positions:
-            raise R3EdgeError(f"max_total_tokens={budget.max_total_tokens} exceeds the encoder's {positions} positions",
+            raise InvalidInput(f"max_total_tokens={budget.max_total_tokens} exceeds the encoder's {positions} positions",
                               f"set scorer.max_total_tokens to at most {positions}")
         return lm, scorer
     lm = load_model(spec)
     vocab = vocab_size(lm)
     if max(scorer.spec.label_token_ids) >= vocab:
-        raise R3EdgeError(f"label token ids {scorer.spec.label_token_ids} exceed the model's vocabulary ({vocab})",
+        raise InvalidInput(f"label token ids {scorer.spec.label_token_ids} exceed the model's vocabulary ({vocab})",
                           "use a tokenizer that belongs to this model")
     return lm, scorer
 

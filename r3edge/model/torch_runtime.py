@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from r3edge.core.artifact import Runtime, check_inputs
-from r3edge.core.errors import R3EdgeError
+from r3edge.core.errors import InvalidInput
 
 _DTYPES = {"fp32": "float32", "bf16": "bfloat16"}
 
@@ -29,12 +29,12 @@ class TorchRuntime(Runtime):
 
         variant = variant or "fp32"
         if variant not in _DTYPES:
-            raise R3EdgeError(f"torch runtime has no variant {variant!r}", f"use one of {', '.join(_DTYPES)}")
+            raise InvalidInput(f"torch runtime has no variant {variant!r}", f"use one of {', '.join(_DTYPES)}")
         if threads:
             torch.set_num_threads(int(threads))
         self.student_dir = Path(student_dir)
         if not (self.student_dir / "config.json").is_file():
-            raise R3EdgeError(
+            raise InvalidInput(
                 f"{self.student_dir} is not a student directory (no config.json)",
                 "--backend torch serves a directory written by `r3edge train`; an ONNX artifact needs --backend onnxruntime",
             )
