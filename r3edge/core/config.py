@@ -15,6 +15,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError, model_validator
 
 from r3edge.core.errors import InvalidInput
+from r3edge.core.scoring import SPEC_DEFAULTS
 
 T = TypeVar("T", bound=BaseModel)
 
@@ -55,13 +56,16 @@ class ModelSpec(Strict):
 
 
 class ScorerBudget(Strict):
-    """The token budgets and instruction written into ``scorer.json`` when a student is created."""
+    """The token budgets and instruction written into ``scorer.json`` when a student is created.
+
+    Unset fields take the scoring contract's defaults (:data:`r3edge.core.scoring.SPEC_DEFAULTS`).
+    """
 
     instruction: str | None = None
-    max_query_tokens: int = 64
-    max_doc_tokens: int = 192
-    max_total_tokens: int = 320
-    padding_side: Literal["left", "right"] = "left"
+    max_query_tokens: PositiveInt = SPEC_DEFAULTS["max_query_tokens"]
+    max_doc_tokens: PositiveInt = SPEC_DEFAULTS["max_doc_tokens"]
+    max_total_tokens: PositiveInt = SPEC_DEFAULTS["max_total_tokens"]
+    padding_side: Literal["left", "right"] = SPEC_DEFAULTS["padding_side"]
 
 
 class TrainParams(Strict):

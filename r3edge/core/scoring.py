@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -155,6 +156,12 @@ class ScorerSpec:
         return hashlib.sha256(blob).hexdigest()[:16]
 
 
+#: The scoring contract's defaults (label tokens and values, token budgets, padding side), read
+#: from :class:`ScorerSpec`'s own fields: the one place they are stated. :meth:`Scorer.create`, the
+#: student config (:class:`r3edge.core.config.ScorerBudget`) and the benchmarks take them from here.
+SPEC_DEFAULTS: dict[str, Any] = {f.name: f.default for f in fields(ScorerSpec) if f.default is not MISSING}
+
+
 @dataclass(frozen=True)
 class Encoded:
     """One pair's token ids and what truncation did to it.
@@ -220,14 +227,14 @@ class Scorer:
         tokenizer,
         template: PromptTemplate,
         *,
-        label_tokens: Sequence[str] = ("0", "1", "2"),
-        label_values: Sequence[float] = (0.0, 1.0, 2.0),
-        max_query_tokens: int = 64,
-        max_doc_tokens: int = 192,
-        max_total_tokens: int = 320,
-        padding_side: str = "left",
+        label_tokens: Sequence[str] = SPEC_DEFAULTS["label_tokens"],
+        label_values: Sequence[float] = SPEC_DEFAULTS["label_values"],
+        max_query_tokens: int = SPEC_DEFAULTS["max_query_tokens"],
+        max_doc_tokens: int = SPEC_DEFAULTS["max_doc_tokens"],
+        max_total_tokens: int = SPEC_DEFAULTS["max_total_tokens"],
+        padding_side: str = SPEC_DEFAULTS["padding_side"],
         pad_token_id: int | None = None,
-        head: str = "label_rows",
+        head: str = SPEC_DEFAULTS["head"],
     ) -> Scorer:
         """Resolve label token ids from the tokenizer and build a spec (used when training starts).
 
@@ -471,7 +478,8 @@ def score_pairs(
     """Label logits ``[n, n_labels]`` for pairs, in input order, via length-sorted micro-batches.
 
     ``run_batch(input_ids, attention_mask) -> label_logits`` is any runtime (torch, onnxruntime,
-    ...). ``stats``, if given, receives ``truncated_docs``, ``doc_tokens_dropped`` and ``n_batches``.
+    ...). ``stats``, if given, receives ``truncated_docs``, ``doc_tokens_dropped``, ``n_batches`` and
+    ``tokenize_ms`` (the time spent turning text into ids, nothing else).
     Every caller that scores pairs goes through here, so formatting, truncation, batching
     and reordering are the same in training-time evaluation, export parity, serving and benchmarks.
 
@@ -479,7 +487,9 @@ def score_pairs(
     (template head + query) runs once and its documents' suffixes are micro-batched by suffix
     length after its cache (:meth:`Scorer.split`).
     """
+    t_tok = time.perf_counter()
     encoded = scorer.encode_batch(queries, documents)
+    tokenize_ms = (time.perf_counter() - t_tok) * 1e3
     out = np.empty((len(encoded), scorer.spec.n_labels), dtype=np.float32)
     if prefix is None:
         groups = [(None, list(range(len(encoded))))]
@@ -494,6 +504,7 @@ def score_pairs(
         stats["doc_tokens_dropped"] = sum(e.doc_tokens_dropped for e in encoded)
         stats["n_batches"] = sum(len(b) for _, b in plans)
         stats["n_prefixes"] = 0 if prefix is None else len(plans)
+        stats["tokenize_ms"] = tokenize_ms
     for pre, batches in plans:
         cache = None if prefix is None else prefix.prefix(np.asarray([pre], dtype=np.int64))
         for idx in batches:
