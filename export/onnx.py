@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Sequence
 from pathlib import Path
 
 from r3edge import __version__
@@ -22,25 +21,15 @@ from r3edge.core.artifact import INPUT_NAMES, OUTPUT_NAME, PREFIX_GRAPHS, write_
 from r3edge.core.errors import InvalidInput, require
 from r3edge.core.fileio import partial_dir, publish_dir
 from r3edge.core.scoring import SCORER_FILE, Scorer, plan_batches
+from r3edge.export.options import ExportOptions
 from r3edge.export.parity import ParityError, Tolerances, check_variant, load_pairs
-from r3edge.export.quantize import PRESETS, VARIANTS, quantize
+from r3edge.export.quantize import PRESETS, quantize
 
 REPORT_FILE = "export_report.json"
 
 
 def variant_file(variant: str) -> str:
     return f"model.{variant}.onnx"
-
-
-def parse_variants(variants: Sequence[str] | str) -> list[str]:
-    """Validate variant names early (before minutes of export); fp32 is always built first."""
-    if isinstance(variants, str):
-        variants = [v.strip() for v in variants.split(",") if v.strip()]
-    bad = [v for v in variants if v not in VARIANTS]
-    if bad:
-        raise InvalidInput(f"unknown export variant(s) {', '.join(bad)}", f"choose from {', '.join(VARIANTS)}")
-    out = ["fp32"] + [v for v in dict.fromkeys(variants) if v != "fp32"]
-    return out
 
 
 def check_no_vocab_projection(model_path: Path, vocab_size: int, n_labels: int) -> dict:
@@ -117,32 +106,25 @@ def _ort_runner(path: Path, threads: int | None):
 def export_artifact(
     student_dir: str | Path,
     out_dir: str | Path,
+    options: ExportOptions | None = None,
     *,
-    variants: Sequence[str] | str = ("fp32", "int8"),
-    calib_pairs: str | Path | None = None,
-    max_calib: int = 64,
-    opset: int | None = None,
-    atol: float = 1e-3,
-    default: str | None = None,
-    threads: int | None = None,
-    prefix_reuse: bool = False,
     log=print,
+    **settings,
 ) -> Path:
     """Export, quantize and validate; returns the finished artifact directory.
 
-    ``prefix_reuse`` (causal students) adds the prefix and candidate graphs of
-    :mod:`r3edge.export.prefix` for fp32, so the server computes a request's shared prefix once.
+    ``options`` (or its fields as keywords, which override it) says what to build; see
+    :class:`r3edge.export.options.ExportOptions`. ``prefix_reuse`` (causal students) adds the
+    prefix and candidate graphs of :mod:`r3edge.export.prefix` for fp32, so the server computes a
+    request's shared prefix once.
     """
     torch = require("torch", "export")
     require("onnxscript", "export")
     from r3edge.model.student import lm_score_fn, load_student, scoring_module, vocab_size
 
+    opts = ExportOptions.model_validate({**(options.model_dump() if options else {}), **settings})
     t_start = time.perf_counter()
     student_dir, out = Path(student_dir), Path(out_dir)
-    names = parse_variants(variants)
-    default = default or "fp32"
-    if default not in names:
-        raise InvalidInput(f"default variant {default!r} is not among the exported {names}", "add it to --variants")
     if not (student_dir / SCORER_FILE).is_file():
         raise InvalidInput(
             f"student directory {student_dir} has no {SCORER_FILE}",
@@ -157,81 +139,36 @@ def export_artifact(
 
     t0 = time.perf_counter()
     lm, scorer = load_student(student_dir)
-    if prefix_reuse and scorer.spec.head != "label_rows":
+    if opts.prefix_reuse and scorer.spec.head != "label_rows":
         raise InvalidInput(f"--prefix-reuse needs a causal student; {student_dir} is scored by head {scorer.spec.head!r}",
-                          "export an encoder student without --prefix-reuse (its prefix attends to the document)")
+                           "export an encoder student without --prefix-reuse (its prefix attends to the document)",
+                           field="prefix_reuse")
     if hasattr(lm, "set_attn_implementation"):
         lm.set_attn_implementation("sdpa")  # exports cleanly with dynamo and matches eager
     model = scoring_module(lm, scorer).eval()
-    vocab = vocab_size(lm)
     scorer.save(tmp)
     stage("load_student", t0)
 
-    queries, docs, source = load_pairs(calib_pairs, max_calib)
-    ids, mask = scorer.collate(scorer.encode_batch(queries[:2], docs[:2]))
+    queries, docs, source = load_pairs(opts.calib_pairs, opts.max_calib)
     t0 = time.perf_counter()
     fp32_path = tmp / variant_file("fp32")
-    fusion = _fused_encoder(lm, model, scorer, (torch.from_numpy(ids), torch.from_numpy(mask)), fp32_path, log)
-    if fusion is None:
-        batch, seq = torch.export.Dim("batch"), torch.export.Dim("sequence")
-        kwargs = {"opset_version": opset} if opset else {}
-        with torch.no_grad():
-            program = torch.onnx.export(
-                model, (torch.from_numpy(ids), torch.from_numpy(mask)),
-                input_names=list(INPUT_NAMES), output_names=[OUTPUT_NAME],
-                dynamic_shapes={"input_ids": {0: batch, 1: seq}, "attention_mask": {0: batch, 1: seq}},
-                dynamo=True, optimize=True, verbose=False, **kwargs,
-            )
-        program.save(str(fp32_path))
-        del program
+    fusion = _export_fp32_graph(lm, model, scorer, queries, docs, fp32_path, opts.opset, log)
     stage("onnx_export", t0)
-    graph_check = check_no_vocab_projection(fp32_path, vocab, scorer.spec.n_labels)
+    graph_check = check_no_vocab_projection(fp32_path, vocab_size(lm), scorer.spec.n_labels)
 
     t0 = time.perf_counter()
     ref = lm_score_fn(lm, scorer, max_batch_size=8)(queries, docs)  # the same torch path `r3edge eval` uses
     stage("torch_reference", t0)
 
-    tol = Tolerances(atol=atol)
+    tol = Tolerances(atol=opts.atol)
     report: dict = {"variants": {}, "rejected": {}, "graph_check": graph_check, "validation_pairs": len(queries), "pairs_source": source,
                     "note": "validation pairs are the calibration pairs",
                     "fp32_graph": fusion or {"exporter": "torch.onnx.export(dynamo=True)"}}
-    quant: dict = {}
-    for name in names:
-        path = tmp / variant_file(name)
-        if name != "fp32":
-            t0 = time.perf_counter()
-            feeds = _calib_feeds(scorer, queries, docs) if PRESETS[name].calibrate_method else None
-            quant[name] = quantize(PRESETS[name], fp32_path, path, feeds, log=log)
-            stage(f"quantize_{name}", t0)
-        t0 = time.perf_counter()
-        preset = PRESETS.get(name)
-        try:
-            rep = check_variant(
-                name, scorer, _ort_runner(path, threads), ref, queries, docs,
-                exact=name == "fp32", batch_invariant=preset.batch_invariant if preset else True, tol=tol,
-            )
-        except ParityError as exc:
-            if name == "fp32":
-                raise  # the reference graph is wrong: no artifact at all
-            # A broken optional variant must not be served, but it should not cost the user the
-            # validated fp32 artifact either: drop it, say why, keep going.
-            for p in tmp.glob(path.name + "*"):
-                p.unlink()
-            report["rejected"][name] = {"kind": exc.kind, "what": exc.what, "scheme": preset.description}
-            log(f"[export] WARNING: variant {name} rejected and left out of the artifact: {exc.what}")
-            continue
-        rep["file"] = path.name
-        rep["bytes"] = sum(p.stat().st_size for p in tmp.glob(path.name + "*"))
-        rep["scheme"] = preset.description if preset else "fp32 dynamo export"
-        report["variants"][name] = rep
-        stage(f"parity_{name}", t0)
-        log(f"[export] {name}: max|Δlogit| {rep['max_abs_logit_diff']:.2e}, max|Δscore| {rep['max_abs_score_diff']:.2e}, "
-            f"argmax {rep['argmax_agreement']:.3f}, batch-invariance {rep['batch_invariance_max_abs_score_diff']:.2e}"
-            + (" [degraded]" if rep["degraded"] and name != "fp32" else ""))
-
-    prefix_graphs = _export_prefix_reuse(lm, scorer, tmp, queries, docs, ref, fp32_path, opset, threads, tol, report,
-                                         stage, log) if prefix_reuse else {}
-    names = [n for n in names if n in report["variants"]]
+    quant = _build_variants(scorer, opts, tmp, fp32_path, queries, docs, ref, tol, report, stage, log)
+    prefix_graphs = _export_prefix_reuse(lm, scorer, tmp, queries, docs, ref, fp32_path, opts.opset, opts.threads, tol,
+                                         report, stage, log) if opts.prefix_reuse else {}
+    names = [n for n in opts.variants if n in report["variants"]]
+    default = opts.default or "fp32"
     if default not in names:
         log(f"[export] WARNING: default variant {default} was rejected; default is fp32")
         default = "fp32"
@@ -259,6 +196,71 @@ def export_artifact(
     return out
 
 
+def _export_fp32_graph(lm, model, scorer: Scorer, queries: list[str], docs: list[str], fp32_path: Path,
+                       opset: int | None, log) -> dict | None:
+    """Write the fp32 scoring graph: ONNX Runtime's fused encoder graph where it applies (its
+    description is returned), else torch's dynamo export (None)."""
+    import torch
+
+    ids, mask = scorer.collate(scorer.encode_batch(queries[:2], docs[:2]))
+    example = (torch.from_numpy(ids), torch.from_numpy(mask))
+    fusion = _fused_encoder(lm, model, scorer, example, fp32_path, log)
+    if fusion is None:
+        batch, seq = torch.export.Dim("batch"), torch.export.Dim("sequence")
+        kwargs = {"opset_version": opset} if opset else {}
+        with torch.no_grad():
+            program = torch.onnx.export(
+                model, example,
+                input_names=list(INPUT_NAMES), output_names=[OUTPUT_NAME],
+                dynamic_shapes={"input_ids": {0: batch, 1: seq}, "attention_mask": {0: batch, 1: seq}},
+                dynamo=True, optimize=True, verbose=False, **kwargs,
+            )
+        program.save(str(fp32_path))
+        del program
+    return fusion
+
+
+def _build_variants(scorer: Scorer, opts: ExportOptions, tmp: Path, fp32_path: Path, queries: list[str],
+                    docs: list[str], ref, tol: Tolerances, report: dict, stage, log) -> dict:
+    """Quantize each variant from the fp32 graph and check it against torch; returns the
+    quantization reports. A variant that fails is deleted and recorded under ``report["rejected"]``;
+    a failing fp32 graph raises (no artifact at all)."""
+    quant: dict = {}
+    for name in opts.variants:
+        path = tmp / variant_file(name)
+        if name != "fp32":
+            t0 = time.perf_counter()
+            feeds = _calib_feeds(scorer, queries, docs) if PRESETS[name].calibrate_method else None
+            quant[name] = quantize(PRESETS[name], fp32_path, path, feeds, log=log)
+            stage(f"quantize_{name}", t0)
+        t0 = time.perf_counter()
+        preset = PRESETS.get(name)
+        try:
+            rep = check_variant(
+                name, scorer, _ort_runner(path, opts.threads), ref, queries, docs,
+                exact=name == "fp32", batch_invariant=preset.batch_invariant if preset else True, tol=tol,
+            )
+        except ParityError as exc:
+            if name == "fp32":
+                raise  # the reference graph is wrong: no artifact at all
+            # A broken optional variant must not be served, but it should not cost the user the
+            # validated fp32 artifact either: drop it, say why, keep going.
+            for p in tmp.glob(path.name + "*"):
+                p.unlink()
+            report["rejected"][name] = {"check": str(exc.check), "what": exc.what, "scheme": preset.description}
+            log(f"[export] WARNING: variant {name} rejected and left out of the artifact: {exc.what}")
+            continue
+        rep["file"] = path.name
+        rep["bytes"] = sum(p.stat().st_size for p in tmp.glob(path.name + "*"))
+        rep["scheme"] = preset.description if preset else "fp32 dynamo export"
+        report["variants"][name] = rep
+        stage(f"parity_{name}", t0)
+        log(f"[export] {name}: max|Δlogit| {rep['max_abs_logit_diff']:.2e}, max|Δscore| {rep['max_abs_score_diff']:.2e}, "
+            f"argmax {rep['argmax_agreement']:.3f}, batch-invariance {rep['batch_invariance_max_abs_score_diff']:.2e}"
+            + (" [degraded]" if rep["degraded"] and name != "fp32" else ""))
+    return quant
+
+
 def _export_prefix_reuse(lm, scorer, tmp, queries, docs, ref, fp32_path, opset, threads, tol, report, stage, log) -> dict:
     """The fp32 prefix-reuse graphs, validated against torch; left out (and reported) when they fail."""
     from r3edge.export.prefix import check_prefix_graphs, export_prefix_graphs, ort_prefix_runner
@@ -275,7 +277,7 @@ def _export_prefix_reuse(lm, scorer, tmp, queries, docs, ref, fp32_path, opset, 
         for name in (entry["prefix"], entry["candidate"]):
             for p in tmp.glob(name + "*"):
                 p.unlink()
-        report["rejected"]["prefix_reuse"] = {"kind": exc.kind, "what": exc.what}
+        report["rejected"]["prefix_reuse"] = {"check": str(exc.check), "what": exc.what}
         log(f"[export] WARNING: prefix-reuse graphs rejected and left out of the artifact: {exc.what}")
         return {}
     rep["files"] = [entry["prefix"], entry["candidate"]]

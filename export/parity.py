@@ -19,13 +19,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
+from enum import StrEnum
 from pathlib import Path
 
 import numpy as np
 from scipy.stats import kendalltau, spearmanr
 
-from r3edge.core.errors import InvalidInput, R3EdgeError
+from r3edge.core.errors import ErrorKind, InvalidInput, R3EdgeError
 from r3edge.core.scoring import Scorer, score_pairs
+from r3edge.export.options import DEFAULT_ATOL
 
 RunBatch = Callable[[np.ndarray, np.ndarray], np.ndarray]
 
@@ -51,18 +53,49 @@ BUILTIN_PAIRS: list[tuple[str, str]] = [
 ]
 
 
-class ParityError(R3EdgeError):
-    """An exported variant disagrees with PyTorch: ``kind`` is shape, atol, output or batch."""
+class ParityCheck(StrEnum):
+    """Which parity check an exported variant failed."""
 
-    def __init__(self, variant: str, kind: str, what: str, fix: str):
+    SHAPE = "shape"                          # label_logits is not [batch, n_labels]
+    NON_FINITE = "non_finite"                # NaN or inf in label_logits
+    ATOL = "atol"                            # fp32 logits further than atol from torch
+    BATCH_INVARIANCE = "batch_invariance"    # a pair's score moves with its batchmates
+
+
+class ParityError(R3EdgeError):
+    """An exported variant disagrees with PyTorch (kind QUALITY); ``check`` says which check failed.
+
+    One subclass per check, as optimum's exporters have ``ShapeError`` and ``AtolError``, so a
+    caller can catch the one it handles; ``check`` is what reports record.
+    """
+
+    kind = ErrorKind.QUALITY
+    check: ParityCheck
+
+    def __init__(self, variant: str, what: str, fix: str):
         self.variant = variant
-        self.kind = kind
-        super().__init__(f"export parity failed for variant {variant!r} ({kind}): {what}", fix)
+        super().__init__(f"export parity failed for variant {variant!r} ({self.check}): {what}", fix)
+
+
+class ShapeError(ParityError):
+    check = ParityCheck.SHAPE
+
+
+class NonFiniteError(ParityError):
+    check = ParityCheck.NON_FINITE
+
+
+class AtolError(ParityError):
+    check = ParityCheck.ATOL
+
+
+class BatchInvarianceError(ParityError):
+    check = ParityCheck.BATCH_INVARIANCE
 
 
 @dataclass(frozen=True)
 class Tolerances:
-    atol: float = 1e-3  # fp32 logits vs torch
+    atol: float = DEFAULT_ATOL  # fp32 logits vs torch
     fp32_batch_tol: float = 1e-3  # fp32 |Δ score| alone vs in a batch
     quant_batch_tol: float = 1e-3  # for schemes that claim batch invariance
     min_argmax_agreement: float = 0.9  # below this a quantized variant is flagged ``degraded``
@@ -131,23 +164,23 @@ def check_variant(
     """
     got = score_pairs(scorer, run, queries, docs, max_batch_size=8)
     if got.shape != ref_logits.shape:
-        raise ParityError(variant, "shape", f"label_logits {got.shape} vs torch {ref_logits.shape}",
+        raise ShapeError(variant, f"label_logits {got.shape} vs torch {ref_logits.shape}",
                           "the graph's output is not [batch, n_labels]; re-export")
     if not np.isfinite(got).all():
-        raise ParityError(variant, "output", "non-finite label_logits", "the variant is broken (overflow?); drop it")
+        raise NonFiniteError(variant, "non-finite label_logits", "the variant is broken (overflow?); drop it")
     report = compare(scorer, ref_logits, got)
     report["batch_invariance_max_abs_score_diff"] = batch_invariance(scorer, run, queries, docs)
     report["tolerances"] = asdict(tol)
     if exact and report["max_abs_logit_diff"] > tol.atol:
-        raise ParityError(
-            variant, "atol",
+        raise AtolError(
+            variant,
             f"max |Δlogit| {report['max_abs_logit_diff']:.3g} > atol {tol.atol:g} over {len(got)} pairs",
             "raise --atol only if the model is large and the difference is float noise; otherwise report a bug",
         )
     limit = tol.fp32_batch_tol if exact else tol.quant_batch_tol
     if batch_invariant and report["batch_invariance_max_abs_score_diff"] > limit:
-        raise ParityError(
-            variant, "batch",
+        raise BatchInvarianceError(
+            variant,
             f"a pair's score moves by {report['batch_invariance_max_abs_score_diff']:.3g} between scoring it alone "
             f"and in a batch (limit {limit:g})",
             "padding/position handling is wrong in the graph; do not serve it",

@@ -25,7 +25,7 @@ from r3edge.core.artifact import OUTPUT_NAME, cache_names
 from r3edge.core.errors import require
 from r3edge.core.onnx_prefix import OnnxPrefixRunner
 from r3edge.core.scoring import Scorer, score_pairs
-from r3edge.export.parity import ParityError, Tolerances, compare
+from r3edge.export.parity import AtolError, BatchInvarianceError, NonFiniteError, ShapeError, Tolerances, compare
 
 PREFIX_FILE = "prefix.{variant}.onnx"
 CANDIDATE_FILE = "candidate.{variant}.onnx"
@@ -82,9 +82,12 @@ def check_prefix_graphs(scorer: Scorer, runner, ref_logits: np.ndarray, queries:
     difference to it (what a server switching paths would see).
     """
     got = score_pairs(scorer, None, queries, docs, max_batch_size=8, prefix=runner)
-    if got.shape != ref_logits.shape or not np.isfinite(got).all():
-        raise ParityError("prefix", "output", f"label_logits {got.shape}, finite={np.isfinite(got).all()}",
-                          "the prefix-reuse graphs are broken; export without --prefix-reuse")
+    if got.shape != ref_logits.shape:
+        raise ShapeError("prefix", f"label_logits {got.shape} vs torch {ref_logits.shape}",
+                         "the prefix-reuse graphs are broken; export without --prefix-reuse")
+    if not np.isfinite(got).all():
+        raise NonFiniteError("prefix", "non-finite label_logits",
+                             "the prefix-reuse graphs are broken; export without --prefix-reuse")
     report = compare(scorer, ref_logits, got)
     alone = score_pairs(scorer, None, queries, docs, max_batch_size=1, prefix=runner)
     together = score_pairs(scorer, None, queries, docs, max_batch_size=len(queries), max_batch_tokens=1 << 30,
@@ -95,11 +98,11 @@ def check_prefix_graphs(scorer: Scorer, runner, ref_logits: np.ndarray, queries:
         report["max_abs_logit_diff_vs_single_graph"] = float(
             np.abs(score_pairs(scorer, single, queries, docs, max_batch_size=8) - got).max())
     if report["max_abs_logit_diff"] > tol.atol:
-        raise ParityError("prefix", "atol", f"max |Δlogit| {report['max_abs_logit_diff']:.3g} > atol {tol.atol:g} "
-                          f"between the prefix-reuse graphs and the torch single graph",
-                          "positions or masks differ between the two paths; report a bug")
+        raise AtolError("prefix", f"max |Δlogit| {report['max_abs_logit_diff']:.3g} > atol {tol.atol:g} "
+                        f"between the prefix-reuse graphs and the torch single graph",
+                        "positions or masks differ between the two paths; report a bug")
     if report["batch_invariance_max_abs_score_diff"] > tol.fp32_batch_tol:
-        raise ParityError("prefix", "batch", f"a candidate's score moves by "
-                          f"{report['batch_invariance_max_abs_score_diff']:.3g} between alone and in a batch",
-                          "padding/position handling is wrong in the candidate graph; do not serve it")
+        raise BatchInvarianceError("prefix", f"a candidate's score moves by "
+                                   f"{report['batch_invariance_max_abs_score_diff']:.3g} between alone and in a batch",
+                                   "padding/position handling is wrong in the candidate graph; do not serve it")
     return report

@@ -29,8 +29,11 @@ inputs, not their outputs (no Q/DQ on q/k/v/o/gate/up/down outputs: fewer roundi
 0.11 instead of 0.29 max |Δscore| vs fp32 on the calibration pairs). Measured on the demo
 student, 2 cores, 300 held-out + 64 calibration pairs: 0 pairs move at all (was 6, up to
 0.087); 100 candidates in 3.3 s vs fp32's 4.4 s (median, load_runtime); without the float64
-Softmax int8 takes ~1.8 s but is not batch invariant. Accuracy vs fp32 stays poor (Spearman of
-scores 0.29-0.54): judge ``int8`` on ranking quality before making it a default.
+Softmax int8 takes ~1.8 s but is not batch invariant. Its accuracy vs fp32 on that causal student
+was poor (Spearman of scores 0.29-0.54). ``int8`` is among the variants ``r3edge export`` builds when
+none are named (:class:`r3edge.export.options.ExportOptions`), and every variant passes the same
+parity gate; on the demo's encoder student ``int8-smooth`` (below) tracks fp32 closest, which is why
+the demo builds and benchmarks it.
 
 ``int8-row`` (per-row dynamic, see :func:`_per_row_int8`) is batch invariant by construction and
 needs no calibration. Measured on the trained demo encoder (all-MiniLM-L6-v2, fused graph, 1,000
@@ -103,16 +106,21 @@ import time
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Literal, get_args
 
 import numpy as np
 
-from r3edge.core.errors import InvalidInput
+from r3edge.core.errors import InvalidInput, R3EdgeError
+
+#: How a preset quantizes: static QDQ (calibrated), per-row dynamic activations, per-batch dynamic,
+#: weight-only, or an fp16 cast.
+QuantKind = Literal["static_qdq", "dynamic_per_row", "dynamic", "weight_only", "fp16"]
 
 
 @dataclass(frozen=True)
 class QuantPreset:
     name: str
-    kind: str  # "static_qdq" | "dynamic_per_row" | "dynamic" | "weight_only" | "fp16"
+    kind: QuantKind
     batch_invariant: bool
     per_channel: bool = True
     activation_type: str = "QUInt8"
@@ -131,6 +139,11 @@ class QuantPreset:
     #: per-row presets: round the weights by GPTQ on the calibration inputs instead of to nearest
     gptq: bool = False
     description: str = ""
+
+    def __post_init__(self):
+        if self.kind not in get_args(QuantKind):
+            raise InvalidInput(f"quantization preset {self.name!r}: kind {self.kind!r}",
+                               f"use one of {', '.join(get_args(QuantKind))}", field="kind")
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -661,7 +674,8 @@ def quantize(
         info["calibration_batches"] = len(feeds)
         info["calibration_pairs"] = _pairs_in(feeds)
     else:
-        raise InvalidInput(f"unknown quantization kind {preset.kind!r}", f"use one of {', '.join(PRESETS)}")
+        # QuantPreset refuses a kind outside QuantKind, so reaching this is r3edge's bug
+        raise R3EdgeError(f"quantize() has no branch for kind {preset.kind!r}", "report a bug")
     info["seconds"] = round(time.perf_counter() - t0, 2)
     log(f"[export] {preset.name}: {preset.description} ({info['seconds']} s)")
     return info

@@ -13,10 +13,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
-from r3edge.core.config import resolve_config
-from r3edge.core.errors import InvalidInput
+from r3edge.core.config import resolve_config, validated
 from r3edge.core.scoring import DEFAULT_MAX_BATCH_SIZE, DEFAULT_MAX_BATCH_TOKENS, GPU_MAX_BATCH_TOKENS
 
 ENV_PREFIX = "R3EDGE_"
@@ -61,12 +60,5 @@ class ServeConfig(BaseModel):
             if cls.env_name(name) in env:
                 values[name] = env[cls.env_name(name)]
         values.update({k: v for k, v in flags.items() if v is not None and k in cls.model_fields})
-        try:
-            return cls.model_validate(values)
-        except ValidationError as exc:
-            first = exc.errors()[0]
-            field = ".".join(str(p) for p in first["loc"]) or "(top level)"
-            raise InvalidInput(
-                f"serve setting '{field}': {first['msg']}",
-                f"fix --{field.replace('_', '-')} / {cls.env_name(field)} / the YAML key",
-            ) from exc
+        return validated(cls, values, lambda field: (
+            f"serve setting '{field}'", f"fix --{field.replace('_', '-')} / {cls.env_name(field)} / the YAML key"))

@@ -141,7 +141,8 @@ def test_batch_invariance(artifact, variant, tol):
 
 def test_quantized_variant_fails_exact_parity_with_typed_error(artifact, torch_scorer):
     from r3edge.core.scoring import score_pairs
-    from r3edge.export.parity import ParityError, check_variant
+    from r3edge.core.errors import ErrorKind
+    from r3edge.export.parity import AtolError, ParityCheck, ParityError, ShapeError, check_variant
     from r3edge.model.runtimes import load_runtime
 
     scorer, torch_run = torch_scorer
@@ -150,10 +151,11 @@ def test_quantized_variant_fails_exact_parity_with_typed_error(artifact, torch_s
     int8 = load_runtime(artifact, "int8", threads=1)
     with pytest.raises(ParityError) as exc:
         check_variant("int8", scorer, int8, ref, qs, ds, exact=True, batch_invariant=True)
-    assert exc.value.kind == "atol" and exc.value.variant == "int8"
+    assert isinstance(exc.value, AtolError) and exc.value.check is ParityCheck.ATOL and exc.value.variant == "int8"
+    assert exc.value.kind is ErrorKind.QUALITY
     with pytest.raises(ParityError) as exc:
         check_variant("fp32", scorer, int8, ref[:2], qs, ds, exact=True, batch_invariant=True)
-    assert exc.value.kind == "shape"
+    assert isinstance(exc.value, ShapeError) and exc.value.check is ParityCheck.SHAPE
 
 
 def test_label_token_mismatch_is_a_clear_error(artifact, tmp_path):
@@ -182,7 +184,7 @@ def test_edited_scorer_json_is_rejected(artifact, tmp_path):
 
 
 def test_unknown_variant_and_missing_manifest(artifact, tiny_student):
-    from r3edge.export.onnx import parse_variants
+    from r3edge.export.options import parse_variants
     from r3edge.model.runtimes import load_runtime
 
     with pytest.raises(R3EdgeError, match="no variant 'int8-dynamic'") as exc:
@@ -410,3 +412,32 @@ def test_runtime_imports_without_torch():
     code = ("import sys; import r3edge.model.runtimes, r3edge.core.artifact, r3edge.core.onnx_runtime; "
             "assert 'torch' not in sys.modules, 'torch was imported'")
     subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True)
+
+
+def test_export_flags_derive_from_export_options(capsys):
+    """`r3edge export`'s flags are ExportOptions' fields: an absent flag takes the model's default, a
+    given one is validated there (naming the flag) before anything heavy loads."""
+    from r3edge.cli import build_parser, main
+    from r3edge.core.errors import InvalidInput
+    from r3edge.export import options as export_options
+    from r3edge.export.options import ExportOptions
+    from r3edge.export.quantize import PRESETS
+
+    assert export_options.VARIANTS == ("fp32", *PRESETS)
+    args = build_parser().parse_args(["export", "student", "--out", "art"])
+    given = {n: getattr(args, n) for n in ExportOptions.model_fields if hasattr(args, n)}
+    assert given == {}  # nothing restated by argparse: ExportOptions decides every default
+    args = build_parser().parse_args(["export", "student", "--out", "art", "--calib", "p.jsonl", "--max-calib", "8",
+                                      "--default-variant", "int8-row", "--variants", "int8-row", "--prefix-reuse"])
+    opts = ExportOptions.model_validate({n: getattr(args, n) for n in ExportOptions.model_fields if hasattr(args, n)})
+    assert (opts.calib_pairs, opts.max_calib, opts.default, opts.variants, opts.prefix_reuse) == (
+        "p.jsonl", 8, "int8-row", ("fp32", "int8-row"), True)
+    with pytest.raises(SystemExit):
+        main(["export", "--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert f"(default {ExportOptions().max_calib})" in help_text and ExportOptions.model_fields["atol"].description in help_text
+    assert main(["export", "no-such-student", "--out", "art", "--max-calib", "0"]) == 2
+    assert "--max-calib" in capsys.readouterr().err
+    with pytest.raises(InvalidInput) as exc:
+        ExportOptions(variants="fp32", default="int8")
+    assert exc.value.field == "default"

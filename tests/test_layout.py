@@ -120,3 +120,19 @@ def test_every_error_kind_has_one_grpc_status():
     assert status_of(Overloaded("busy", "retry"))[0] == grpc.StatusCode.RESOURCE_EXHAUSTED
     code, message = status_of(InvalidInput("query is empty", "send one", field="query"))
     assert code == grpc.StatusCode.INVALID_ARGUMENT and message == "query is empty; fix: send one"
+
+
+def test_an_error_blames_the_caller_only_when_it_says_so():
+    """A bare R3EdgeError is r3edge's own failure (INTERNAL, which a client may retry); only an
+    explicit InvalidInput answers INVALID_ARGUMENT; a failed parity check is a QUALITY error."""
+    import grpc
+
+    from r3edge.core.errors import ErrorKind, InvalidInput, R3EdgeError
+    from r3edge.export.parity import AtolError, ParityCheck, ParityError
+    from r3edge.serve.server import status_of
+
+    assert status_of(R3EdgeError("the runtime returned no logits"))[0] == grpc.StatusCode.INTERNAL
+    assert status_of(InvalidInput("query is empty"))[0] == grpc.StatusCode.INVALID_ARGUMENT
+    err = AtolError("fp32", "max |Δlogit| 0.1 > atol 0.001", "report a bug")
+    assert isinstance(err, ParityError) and err.kind is ErrorKind.QUALITY and err.check is ParityCheck.ATOL
+    assert "(atol)" in str(err)

@@ -126,7 +126,7 @@ def test_onnx_prefix_graphs_equal_the_single_graph(runtime, student):
 def test_prefix_parity_check_fails_a_wrong_cache(runtime):
     """The export's check catches a candidate graph fed a cache that is not its prefix's."""
     from r3edge.core.scoring import score_pairs
-    from r3edge.export.parity import ParityError
+    from r3edge.export.parity import ParityCheck, ParityError
     from r3edge.export.prefix import check_prefix_graphs
 
     class ShortPrefix:  # drops the template's mid piece from the cache
@@ -141,7 +141,7 @@ def test_prefix_parity_check_fails_a_wrong_cache(runtime):
     assert check_prefix_graphs(runtime.scorer, runtime.prefix, ref, qs, ds)["max_abs_logit_diff"] <= 1e-4
     with pytest.raises(ParityError) as exc:
         check_prefix_graphs(runtime.scorer, ShortPrefix(), ref, qs, ds)
-    assert exc.value.kind == "atol" and exc.value.variant == "prefix"
+    assert exc.value.check is ParityCheck.ATOL and exc.value.variant == "prefix"
 
 
 @pytest.mark.parametrize("side", ["left", "right"])

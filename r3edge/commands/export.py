@@ -14,41 +14,31 @@ from __future__ import annotations
 
 
 def configure(parser):
+    import argparse
+
+    from r3edge.export.options import ExportOptions
+
     parser.add_argument("student_dir", metavar="STUDENT_DIR",
                         help="student directory written by `r3edge train` (weights + scorer.json + tokenizer.json)")
     parser.add_argument("--out", required=True, metavar="ARTIFACT_DIR",
                         help="artifact directory to write (replaced only when the export passes parity)")
-    parser.add_argument("--variants", default="fp32,int8",
-                        help="comma-separated variants: fp32, int8 (static QDQ), int8-row (per-row dynamic), "
-                             "int8-smooth (int8-row + SmoothQuant), int8-weight (weight-only), int8-dynamic, fp16; "
-                             "fp32 is always built; a quantized variant that fails its checks is left out and reported")
-    parser.add_argument("--default-variant", default=None, metavar="NAME",
-                        help="variant the server loads when none is named (default: fp32)")
-    parser.add_argument("--calib", default=None, metavar="PAIRS.jsonl",
-                        help="pairs file for int8 calibration and parity validation (default: a small built-in set; "
-                             "use pairs like those you will serve)")
-    parser.add_argument("--max-calib", type=int, default=64, metavar="N",
-                        help="use at most N pairs from --calib for calibration and validation")
-    parser.add_argument("--atol", type=float, default=1e-3,
-                        help="max |Δ label logit| allowed between ONNX fp32 and PyTorch")
-    parser.add_argument("--opset", type=int, default=None, help="ONNX opset (default: the exporter's)")
-    parser.add_argument("--threads", type=int, default=None, help="ONNX Runtime threads for parity checks")
-    parser.add_argument("--prefix-reuse", action="store_true",
-                        help="causal students: also export a prefix graph (template head + query -> key/value cache) "
-                             "and a candidate graph (cache + document + tail -> label_logits), so the server computes "
-                             "a request's shared prefix once instead of once per candidate (fp32)")
+    # every other flag is an ExportOptions field: its default and help text live there, once
+    for name, field in ExportOptions.model_fields.items():
+        default = field.default
+        shown = ",".join(default) if isinstance(default, tuple) else default
+        kw = {"action": "store_true"} if field.annotation in (bool, "bool") else {}
+        # SUPPRESS: an absent flag is "not given", so ExportOptions' own default applies
+        parser.add_argument(ExportOptions.flag(name), dest=name, default=argparse.SUPPRESS,
+                            help=field.description + ("" if shown is None or kw else f" (default {shown})"), **kw)
 
 
 def run(args) -> int:
-    from r3edge.core.errors import InvalidInput
-    from r3edge.export.onnx import export_artifact, parse_variants
+    from r3edge.core.config import validated
+    from r3edge.export.onnx import export_artifact
+    from r3edge.export.options import ExportOptions
 
-    parse_variants(args.variants)  # fail on a typo before loading anything heavy
-    if args.max_calib <= 0:
-        raise InvalidInput(f"--max-calib {args.max_calib}", "pass a positive number of pairs")
-    export_artifact(
-        args.student_dir, args.out, variants=args.variants, calib_pairs=args.calib, max_calib=args.max_calib,
-        opset=args.opset, atol=args.atol, default=args.default_variant, threads=args.threads,
-        prefix_reuse=args.prefix_reuse,
-    )
+    # validated before anything heavy loads: a typo in --variants fails at once, naming the flag
+    opts = validated(ExportOptions, {name: getattr(args, name) for name in ExportOptions.model_fields if hasattr(args, name)},
+                     lambda field: (ExportOptions.flag(field), f"see `r3edge export --help` for {ExportOptions.flag(field)}"))
+    export_artifact(args.student_dir, args.out, opts)
     return 0

@@ -7,6 +7,7 @@ with :mod:`importlib.resources`, so a pip-installed r3edge finds it without a ch
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
 from typing import ClassVar, Literal, TypeVar
@@ -256,6 +257,20 @@ def resolve_config(ref: str | Path, kind: str) -> Path:
                       f"pass a path to a YAML file or one of the shipped names: {names}")
 
 
+def validated(cls: type[T], values: dict, where: Callable[[str], tuple[str, str]]) -> T:
+    """``cls.model_validate(values)``, with pydantic's first complaint turned into :class:`InvalidInput`.
+
+    ``where(field)`` gives the message's start (which file, flag or variable held the field) and the fix.
+    """
+    try:
+        return cls.model_validate(values)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        field = ".".join(str(p) for p in first["loc"]) or "(top level)"
+        what, fix = where(field)
+        raise InvalidInput(f"{what}: {first['msg']}", fix, field=field) from exc
+
+
 def load_yaml(path: str | Path, cls: type[T]) -> T:
     """Read a YAML config (a path, or a shipped name when ``cls`` has a ``kind``) into ``cls``.
 
@@ -271,10 +286,5 @@ def load_yaml(path: str | Path, cls: type[T]) -> T:
         raw = yaml.safe_load(path.read_text()) or {}
     except yaml.YAMLError as exc:
         raise InvalidInput(f"config {path} is not valid YAML ({exc})", "fix the YAML syntax") from exc
-    try:
-        return cls.model_validate(raw)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        field = ".".join(str(p) for p in first["loc"]) or "(top level)"
-        raise InvalidInput(f"config {path}: field '{field}': {first['msg']}",
-                          f"fix that field; the shipped {kind or cls.__name__} configs are examples") from exc
+    return validated(cls, raw, lambda field: (f"config {path}: field '{field}'",
+                                              f"fix that field; the shipped {kind or cls.__name__} configs are examples"))
