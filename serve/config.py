@@ -41,6 +41,22 @@ class ServeConfig(BaseModel):
     max_message_mb: int = Field(32, ge=1, description="largest request message in MiB")
     grace_period_s: float = Field(10.0, ge=0, description="seconds in-flight requests get to finish on shutdown")
 
+    @classmethod
+    def yaml_template(cls) -> str:
+        """The shipped ``configs/serve/default.yaml``: every field commented out with its default and
+        description, so the file documents the settings without restating a default (a test checks the
+        shipped file is this text)."""
+        import yaml
+
+        lines = ["# `r3edge serve` settings (`--config default` names this file; copy it to change a value).",
+                 "# Generated from r3edge.serve.config.ServeConfig, which holds every default:",
+                 "# precedence is flag > R3EDGE_<NAME> env > this file > that default. Every line is a comment.", ""]
+        for name, f in cls.model_fields.items():
+            value = "" if f.is_required() or f.default is None else " " + yaml.safe_dump(f.default).splitlines()[0]
+            flag = "the ARTIFACT argument" if name == "artifact" else f"flag --{name.replace('_', '-')}"
+            lines += [f"# {f.description} ({flag}, env {cls.env_name(name)})", f"# {name}:{value}"]
+        return "\n".join(lines) + "\n"
+
     @staticmethod
     def env_name(field: str) -> str:
         return ENV_PREFIX + field.upper()

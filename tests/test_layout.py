@@ -136,3 +136,16 @@ def test_an_error_blames_the_caller_only_when_it_says_so():
     err = AtolError("fp32", "max |Δlogit| 0.1 > atol 0.001", "report a bug")
     assert isinstance(err, ParityError) and err.kind is ErrorKind.QUALITY and err.check is ParityCheck.ATOL
     assert "(atol)" in str(err)
+
+
+def test_the_shipped_serve_yaml_is_generated_from_serve_config():
+    """configs/serve/default.yaml restates no default: it is ServeConfig's template, every line a comment."""
+    from importlib import resources
+
+    from r3edge.serve.config import ServeConfig
+
+    shipped = (resources.files("r3edge.configs") / "serve" / "default.yaml").read_text()
+    assert shipped == ServeConfig.yaml_template(), "regenerate it: python -c 'from r3edge.serve.config import " \
+        "ServeConfig; print(ServeConfig.yaml_template(), end=\"\")' > configs/serve/default.yaml"
+    assert all(not line or line.startswith("#") for line in shipped.splitlines())
+    assert ServeConfig.resolve({"artifact": "a"}, env={}, config_file="default") == ServeConfig(artifact="a")
