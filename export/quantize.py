@@ -482,6 +482,60 @@ def _fold_into_bias(nodes: list, tensors: dict, consts: list) -> list:
     return [nd for nd in nodes if id(nd) not in dropped]
 
 
+def _smooth_factors(model, stats: dict[str, _ActivationStats], alpha: float) -> dict[str, np.ndarray]:
+    """SmoothQuant's per-channel factor of every calibrated weight-MatMul input:
+    ``s = amax_x^alpha / amax_w^(1-alpha)`` over all the weights that read it, clipped to [0.01, 100]."""
+    from onnx import numpy_helper
+
+    factors: dict[str, np.ndarray] = {}
+    for x, ws in _weight_matmul_inputs(model).items():
+        if x in stats:
+            w_amax = np.max([np.abs(numpy_helper.to_array(w)).max(axis=1) for w in ws], axis=0)
+            f = np.power(np.maximum(stats[x].amax, 1e-5), alpha) / np.power(np.maximum(w_amax, 1e-5), 1 - alpha)
+            factors[x] = np.clip(f, 1e-2, 1e2).astype(np.float32)
+    return factors
+
+
+def _quantized_weight(exact: np.ndarray, qmax: int, factor: np.ndarray | None, stats: _ActivationStats | None,
+                      unsigned: bool) -> tuple[np.ndarray, np.ndarray]:
+    """``(int8 weight, per-column scale)`` of one MatMul weight: its rows multiplied by the smoothing
+    ``factor`` (if any), symmetric per output channel, rounded by GPTQ when its input's ``stats`` are
+    given (the Gram matrix of what the kernel multiplies: ``(x [- GELU_MIN]) / s``), else to nearest."""
+    weight = exact * factor[:, None] if factor is not None else exact
+    scale = np.abs(weight).max(axis=0) / qmax
+    scale[scale == 0] = 1.0
+    if stats is not None:
+        gram = stats.shifted_gram(-GELU_MIN if unsigned else 0.0, 1.0 / factor if factor is not None else None)
+        return _gptq_round(weight, scale, qmax, gram), scale
+    return np.clip(np.round(weight / scale), -qmax, qmax).astype(np.int8), scale
+
+
+def _save_rewritten(model, nodes: list, consts: list, out_path: Path, external: bool) -> None:
+    """Replace the graph's nodes, keep only the initializers something reads, raise the opsets the
+    new nodes need (blocked QuantizeLinear: 21; MatMulIntegerToFloat: com.microsoft) and save."""
+    import onnx
+    from onnx import helper
+
+    g = model.graph
+    del g.node[:]
+    g.node.extend(nodes)
+    used = {i for nd in g.node for i in nd.input}
+    kept = [i for i in g.initializer if i.name in used] + [c for c in consts if c.name in used]
+    del g.initializer[:]
+    g.initializer.extend(kept)
+    for op in model.opset_import:
+        if op.domain in ("", "ai.onnx"):
+            op.version = max(op.version, 21)
+    if not any(op.domain == "com.microsoft" for op in model.opset_import):
+        model.opset_import.append(helper.make_opsetid("com.microsoft", 1))
+    model.ir_version = max(model.ir_version, 10)
+    if external:
+        onnx.save(model, str(out_path), save_as_external_data=True, all_tensors_to_one_file=True,
+                  location=out_path.name + ".data")
+    else:
+        onnx.save(model, str(out_path))
+
+
 def _per_row_int8(fp32_path: Path, out_path: Path, weight_bits: int, activation_bits: int, external: bool,
                   exclude: tuple[str, ...] = (), stats: dict[str, _ActivationStats] | None = None,
                   alpha: float = 0.0, gelu_unsigned: bool = False, gptq: bool = False) -> dict:
@@ -528,12 +582,7 @@ def _per_row_int8(fp32_path: Path, out_path: Path, weight_bits: int, activation_
     # scale over [0, max] with zero point 0 uses all 256 uint8 steps instead of the ~128 a
     # symmetric scale leaves them (their negative side is only 0.17 deep); smoothing divides after the shift
     gelu_out = {o for nd in g.node if nd.op_type in ("BiasGelu", "Gelu") for o in nd.output} if gelu_unsigned else set()
-    factors: dict[str, np.ndarray] = {}
-    for x, ws in (_weight_matmul_inputs(model).items() if stats and alpha else ()):
-        if x in stats:
-            w_amax = np.max([np.abs(numpy_helper.to_array(w)).max(axis=1) for w in ws], axis=0)
-            f = np.power(np.maximum(stats[x].amax, 1e-5), alpha) / np.power(np.maximum(w_amax, 1e-5), 1 - alpha)
-            factors[x] = np.clip(f, 1e-2, 1e2).astype(np.float32)
+    factors = _smooth_factors(model, stats, alpha) if stats and alpha else {}
     if gelu_out:
         consts += [numpy_helper.from_array(np.array(-GELU_MIN, np.float32), "r3_gelu_shift"),
                    numpy_helper.from_array(np.array(1 / (2 ** activation_bits - 1), np.float32), "r3_row_inv255"),
@@ -553,14 +602,7 @@ def _per_row_int8(fp32_path: Path, out_path: Path, weight_bits: int, activation_
                                      zero_points, leads.get(x))
         xq, xs, xzp = rows[x]
         exact = numpy_helper.to_array(w).astype(np.float32)
-        weight = exact * factors[x][:, None] if x in factors else exact
-        scale = np.abs(weight).max(axis=0) / qmax
-        scale[scale == 0] = 1.0
-        if gptq and stats and x in stats:  # the Gram matrix of what the kernel multiplies: (x [- GELU_MIN]) / s
-            gram = stats[x].shifted_gram(-GELU_MIN if unsigned else 0.0, 1.0 / factors[x] if x in factors else None)
-            wq = _gptq_round(weight, scale, qmax, gram)
-        else:
-            wq = np.clip(np.round(weight / scale), -qmax, qmax).astype(np.int8)
+        wq, scale = _quantized_weight(exact, qmax, factors.get(x), (stats or {}).get(x) if gptq else None, unsigned)
         wq_name, ws_name = f"{w.name}_r3q{n}", f"{w.name}_r3s{n}"
         consts += [numpy_helper.from_array(wq, wq_name), numpy_helper.from_array(scale.astype(np.float32), ws_name)]
         # the row scale [..., 1] is the A scale: ORT multiplies each output row by it inside the kernel
@@ -573,23 +615,7 @@ def _per_row_int8(fp32_path: Path, out_path: Path, weight_bits: int, activation_
             nodes.append(helper.make_node("Add", [out, fix], [y], name=f"{node.name or y}_unshift"))
         n += 1
     nodes = _fold_into_bias(nodes, {c.name: c for c in [*g.initializer, *consts]}, consts)
-    del g.node[:]
-    g.node.extend(nodes)
-    used = {i for nd in g.node for i in nd.input}
-    kept = [i for i in g.initializer if i.name in used] + [c for c in consts if c.name in used]
-    del g.initializer[:]
-    g.initializer.extend(kept)
-    for op in model.opset_import:  # blocked QuantizeLinear is opset 21
-        if op.domain in ("", "ai.onnx"):
-            op.version = max(op.version, 21)
-    if not any(op.domain == "com.microsoft" for op in model.opset_import):
-        model.opset_import.append(helper.make_opsetid("com.microsoft", 1))
-    model.ir_version = max(model.ir_version, 10)
-    if external:
-        onnx.save(model, str(out_path), save_as_external_data=True, all_tensors_to_one_file=True,
-                  location=out_path.name + ".data")
-    else:
-        onnx.save(model, str(out_path))
+    _save_rewritten(model, nodes, consts, out_path, external)
     return {"quantized_matmuls": n, "quantized_inputs": len(rows), "weight_bits": weight_bits,
             "unsigned_gelu_inputs": sum(1 for r in rows.values() if r[2] == "r3_zp0"),
             "unshift_adds": sum(1 for nd in nodes if nd.name.endswith("_unshift")),
