@@ -1,0 +1,72 @@
+"""The settings of one export (``r3edge export`` flags, :func:`r3edge.export.onnx.export_artifact` keywords).
+
+One pydantic model holds every default, its validation and its help text; the CLI derives its
+flags from the fields, so a default is stated once. Importing it is cheap: the
+CLI's ``--help`` never loads the exporter or torch (numpy and the quantization presets only).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, field_validator, model_validator
+
+from r3edge.core.errors import InvalidInput
+from r3edge.export.quantize import VARIANTS
+
+#: max |Δ label logit| allowed between the ONNX fp32 graph and PyTorch
+DEFAULT_ATOL = 1e-3
+
+
+def parse_variants(variants: Sequence[str] | str) -> list[str]:
+    """Validate variant names early (before minutes of export); fp32 is always built first."""
+    if isinstance(variants, str):
+        variants = [v.strip() for v in variants.split(",") if v.strip()]
+    bad = [v for v in variants if v not in VARIANTS]
+    if bad:
+        raise InvalidInput(f"unknown export variant(s) {', '.join(bad)}", f"choose from {', '.join(VARIANTS)}",
+                           field="variants")
+    return ["fp32"] + [v for v in dict.fromkeys(variants) if v != "fp32"]
+
+
+class ExportOptions(BaseModel):
+    """What to build and how to check it. ``flag`` in a field's extra names its CLI flag where the
+    field's own name would read badly on a command line."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    variants: tuple[str, ...] = Field(
+        ("fp32", "int8"),
+        description="comma-separated variants: fp32, int8 (static QDQ), int8-row (per-row dynamic), int8-smooth "
+        "(int8-row + SmoothQuant + GPTQ), int8-weight (weight-only), int8-dynamic, fp16; fp32 is always built; a "
+        "quantized variant that fails its checks is left out and reported")
+    default: str | None = Field(None, description="variant the server loads when none is named (unset: fp32)",
+                                json_schema_extra={"flag": "--default-variant"})
+    calib_pairs: str | None = Field(
+        None, description="pairs file for int8 calibration and parity validation (unset: a small built-in set; use "
+        "pairs like those you will serve)", json_schema_extra={"flag": "--calib"})
+    max_calib: PositiveInt = Field(64, description="use at most N pairs from --calib for calibration and validation")
+    atol: PositiveFloat = Field(DEFAULT_ATOL, description="max |Δ label logit| allowed between ONNX fp32 and PyTorch")
+    opset: PositiveInt | None = Field(None, description="ONNX opset (unset: the exporter's)")
+    threads: PositiveInt | None = Field(None, description="ONNX Runtime threads for the parity checks")
+    prefix_reuse: bool = Field(
+        False, description="causal students: also export a prefix graph (template head + query -> key/value cache) "
+        "and a candidate graph (cache + document + tail -> label_logits), so the server computes a request's shared "
+        "prefix once instead of once per candidate (fp32)")
+
+    @field_validator("variants", mode="before")
+    @classmethod
+    def _variants(cls, v):
+        return tuple(parse_variants(v))
+
+    @model_validator(mode="after")
+    def _default_is_built(self):
+        if self.default is not None and self.default not in self.variants:
+            raise InvalidInput(f"default variant {self.default!r} is not among the exported {list(self.variants)}",
+                               "add it to --variants", field="default")
+        return self
+
+    @staticmethod
+    def flag(name: str) -> str:
+        extra = ExportOptions.model_fields[name].json_schema_extra or {}
+        return extra.get("flag", f"--{name.replace('_', '-')}")  # type: ignore[union-attr]
