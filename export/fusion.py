@@ -30,7 +30,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from r3edge.core.artifact import INPUT_NAMES, OUTPUT_NAME
-from r3edge.core.errors import InvalidInput
+from r3edge.core.errors import R3EdgeError
 
 #: model_type of a Hugging Face config -> the onnxruntime optimizer's model type
 FUSABLE = {"bert": "bert"}
@@ -55,7 +55,7 @@ def export_fused_encoder(encoder, scoring_model, example: tuple, out_path: Path,
 
     cfg = encoder.config
     if not fusable(cfg):
-        raise InvalidInput(f"no fused graph for model_type {getattr(cfg, 'model_type', None)!r}",
+        raise R3EdgeError(f"no fused graph for model_type {getattr(cfg, 'model_type', None)!r}",
                           f"fusion covers {', '.join(FUSABLE)}; the dynamo export is used")
     previous = getattr(cfg, "_attn_implementation", None)
     encoder.set_attn_implementation("eager")  # the pattern the optimizer matches
@@ -81,6 +81,6 @@ def export_fused_encoder(encoder, scoring_model, example: tuple, out_path: Path,
     stats = {k: v for k, v in opt.get_fused_operator_statistics().items() if v}
     layers = cfg.num_hidden_layers
     if stats.get("MultiHeadAttention", 0) + stats.get("Attention", 0) != layers:
-        raise InvalidInput(f"the BERT optimizer fused {stats} for {layers} layers", "the dynamo export is used")
+        raise R3EdgeError(f"the BERT optimizer fused {stats} for {layers} layers", "the dynamo export is used")
     opt.save_model_to_file(str(out_path))
     return {"exporter": "torchscript+onnxruntime.transformers.optimizer", "fused": stats}

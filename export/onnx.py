@@ -18,7 +18,7 @@ from pathlib import Path
 
 from r3edge import __version__
 from r3edge.core.artifact import INPUT_NAMES, OUTPUT_NAME, PREFIX_GRAPHS, write_manifest
-from r3edge.core.errors import InvalidInput, require
+from r3edge.core.errors import InvalidInput, NotFound, R3EdgeError, require
 from r3edge.core.fileio import partial_dir, publish_dir
 from r3edge.core.scoring import SCORER_FILE, Scorer, plan_batches
 from r3edge.export.options import ExportOptions
@@ -48,11 +48,11 @@ def check_no_vocab_projection(model_path: Path, vocab_size: int, n_labels: int) 
     g = inferred.graph
     outs = [(o.name, [d.dim_value or d.dim_param for d in o.type.tensor_type.shape.dim]) for o in g.output]
     if [name for name, _ in outs] != [OUTPUT_NAME] or len(outs[0][1]) != 2 or outs[0][1][1] != n_labels:
-        raise InvalidInput(f"exported graph outputs {outs}, expected [{OUTPUT_NAME} [batch, {n_labels}]]",
+        raise R3EdgeError(f"exported graph outputs {outs}, expected [{OUTPUT_NAME} [batch, {n_labels}]]",
                           "export through r3edge.model.student.scoring_module")
     ins = {i.name: i.type.tensor_type.elem_type for i in g.input}
     if any(ins.get(n) != onnx.TensorProto.INT64 for n in INPUT_NAMES):
-        raise InvalidInput(f"exported graph inputs {ins}, expected int64 {INPUT_NAMES}", "export through scoring_module")
+        raise R3EdgeError(f"exported graph inputs {ins}, expected int64 {INPUT_NAMES}", "export through scoring_module")
     offenders = []
     for vi in list(g.value_info) + list(g.output):
         dims = vi.type.tensor_type.shape.dim
@@ -66,7 +66,7 @@ def check_no_vocab_projection(model_path: Path, vocab_size: int, n_labels: int) 
             if w and (w[0] if trans_b else w[-1]) == vocab_size:
                 offenders.append(n.name)
     if offenders:
-        raise InvalidInput(
+        raise R3EdgeError(
             f"exported graph projects onto the full vocabulary ({vocab_size}) at {offenders[:5]}",
             "the scoring graph must read only the label rows of the LM head (LabelScorer); fix the wrapper",
         )
@@ -126,7 +126,7 @@ def export_artifact(
     t_start = time.perf_counter()
     student_dir, out = Path(student_dir), Path(out_dir)
     if not (student_dir / SCORER_FILE).is_file():
-        raise InvalidInput(
+        raise NotFound(
             f"student directory {student_dir} has no {SCORER_FILE}",
             "export a directory written by `r3edge train` (it holds weights + scorer.json + tokenizer.json)",
         )

@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from r3edge.core.config import GenerationParams, ModelSpec
-from r3edge.core.errors import InvalidInput, require
+from r3edge.core.errors import InvalidInput, R3EdgeError, require
 from r3edge.core.sequences import common_prefix_length
 from r3edge.distill.backends import Conversation, Generation
 
@@ -241,7 +241,7 @@ class TransformersBackend:
                 # has at least one new token, whether or not generation had already fed it
                 feed = [([new[j][keep[j] - 1]] if keep[j] > 0 else []) + tails[j] for j in range(len(rows))]
                 if not all(feed):
-                    raise InvalidInput("the judge's completion is empty", "a judge's repair must end with its score marker")
+                    raise R3EdgeError("the judge's completion is empty", "a judge's repair must end with its score marker")
                 step_ids, step_mask = self._pad(feed)  # every row non-empty (checked above)
                 gen_len = cached - ids.shape[1]
                 gen_mask = torch.tensor([[1 if k < keep[j] - 1 else 0 for k in range(gen_len)]

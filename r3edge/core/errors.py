@@ -85,10 +85,14 @@ class Conflict(R3EdgeError):
     kind = ErrorKind.CONFLICT
 
 
-class MissingExtraError(R3EdgeError):
-    """An optional dependency group is not installed."""
+class MissingDependency(R3EdgeError):
+    """Something this machine lacks: a package, a build of onnxruntime with a provider, a tool."""
 
     kind = ErrorKind.MISSING_DEPENDENCY
+
+
+class MissingExtraError(MissingDependency):
+    """An optional dependency group is not installed."""
 
     def __init__(self, module: str, extra: str):
         super().__init__(

@@ -22,7 +22,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from r3edge.core.errors import FormatError, InvalidInput, NotFound, check_format_version
+from r3edge.core.errors import Conflict, FormatError, InvalidInput, NotFound, check_format_version
 from r3edge.core.fileio import atomic_write_text
 
 MANIFEST = "manifest.json"
@@ -91,7 +91,7 @@ def write_shard(directory: str | Path, records: list[dict]) -> Path:
     final = directory / f"part-{index:05d}.parquet"
     tmp = directory / f".part-{index:05d}.parquet.tmp"
     if final.exists():
-        raise InvalidInput(f"{final} already exists", "run one labelling process per output directory (use --shard i/n)")
+        raise Conflict(f"{final} already exists", "run one labelling process per output directory (use --shard i/n)")
     table = pa.Table.from_pylist(records, schema=SCHEMA)
     pq.write_table(table, tmp)
     with open(tmp, "rb") as fh:
@@ -107,7 +107,7 @@ def read_labels(directory: str | Path, allow_partial: bool = False, columns: lis
     """
     directory = Path(directory)
     if not directory.is_dir():
-        raise InvalidInput(f"labels directory {directory} does not exist", "run `r3edge label` first")
+        raise NotFound(f"labels directory {directory} does not exist", "run `r3edge label` first")
     manifest = read_manifest(directory)
     if not manifest.get("complete") and not allow_partial:
         raise InvalidInput(
@@ -119,7 +119,7 @@ def read_labels(directory: str | Path, allow_partial: bool = False, columns: lis
     table = (pa.concat_tables([pq.read_table(p, schema=SCHEMA, columns=columns) for p in shards])
              if shards else schema.empty_table())
     if manifest.get("complete") and "n_pairs" in manifest and table.num_rows != manifest["n_pairs"]:
-        raise InvalidInput(
+        raise FormatError(
             f"labels in {directory} claim to be complete with {manifest['n_pairs']} pairs but hold {table.num_rows} rows",
             "a shard was lost or added by hand; re-run `r3edge label ... --overwrite`",
         )

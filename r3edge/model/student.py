@@ -23,7 +23,7 @@ import torch
 from torch import nn
 
 from r3edge.core.config import StudentConfig
-from r3edge.core.errors import InvalidInput
+from r3edge.core.errors import FormatError, InvalidInput
 from r3edge.core.fileio import partial_dir, publish_dir
 from r3edge.core.scoring import (
     DEFAULT_INSTRUCTION,
@@ -100,7 +100,7 @@ def scoring_module(model: nn.Module, scorer: Scorer) -> nn.Module:
         return LabelScorer(model, spec.label_token_ids)
     if spec.head == "classifier":
         if model.config.num_labels != spec.n_labels:
-            raise InvalidInput(f"the encoder has {model.config.num_labels} outputs but scorer.json has {spec.n_labels} labels",
+            raise FormatError(f"the encoder has {model.config.num_labels} outputs but scorer.json has {spec.n_labels} labels",
                               "the student directory mixes files from two models; re-run `r3edge train`")
         if spec.padding_side != "right":
             raise InvalidInput("a classifier-head scorer pads on the left, so position 0 would be a pad, not [CLS]",
@@ -110,7 +110,7 @@ def scoring_module(model: nn.Module, scorer: Scorer) -> nn.Module:
             raise InvalidInput(f"the encoder's template separator {spec.template.mid!r} is {len(sep)} tokens, not one",
                               "build the template with PromptTemplate.pair(cls_token, sep_token)")
         return EncoderScorer(model, sep[0])
-    raise InvalidInput(f"scorer.json head {spec.head!r} has no scoring graph", "re-run `r3edge train`")
+    raise FormatError(f"scorer.json head {spec.head!r} has no scoring graph", "re-run `r3edge train`")
 
 
 def vocab_size(model: nn.Module) -> int:

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from r3edge.core.artifact import Runtime, check_inputs
-from r3edge.core.errors import InvalidInput
+from r3edge.core.errors import InvalidInput, NotFound
 
 _DTYPES = {"fp32": "float32", "bf16": "bfloat16"}
 
@@ -34,7 +34,7 @@ class TorchRuntime(Runtime):
             torch.set_num_threads(int(threads))
         self.student_dir = Path(student_dir)
         if not (self.student_dir / "config.json").is_file():
-            raise InvalidInput(
+            raise NotFound(
                 f"{self.student_dir} is not a student directory (no config.json)",
                 "--backend torch serves a directory written by `r3edge train`; an ONNX artifact needs --backend onnxruntime",
             )
