@@ -140,8 +140,8 @@ def test_batch_invariance(artifact, variant, tol):
 
 
 def test_quantized_variant_fails_exact_parity_with_typed_error(artifact, torch_scorer):
-    from r3edge.core.scoring import score_pairs
     from r3edge.core.errors import ErrorKind
+    from r3edge.core.scoring import score_pairs
     from r3edge.export.parity import AtolError, ParityCheck, ParityError, ShapeError, check_variant
     from r3edge.model.runtimes import load_runtime
 
