@@ -5,7 +5,9 @@ batcher), so the event loop keeps answering health checks and shedding load whil
 request is being scored. Admission is bounded: at most ``max_concurrent_requests`` score at once
 and ``max_queued_requests`` wait; anything beyond is refused at once with RESOURCE_EXHAUSTED, so
 memory never grows with the offered load. A cancelled or expired request stops between
-micro-batches instead of burning the slot. Importing this module never imports torch.
+micro-batches instead of burning the slot, and a request whose deadline passes while it waits for a
+slot is never scored; :class:`DropCounters` counts what was dropped. Importing this module never
+imports torch.
 """
 
 from __future__ import annotations
@@ -19,9 +21,10 @@ import threading
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Literal
 
 import grpc
 import numpy as np
@@ -65,8 +68,68 @@ def status_of(exc: R3EdgeError) -> tuple[grpc.StatusCode, str]:
     return STATUS_OF[exc.kind], exc.what + (f"; fix: {exc.fix}" if exc.fix else "")
 
 
+#: Why admitted work was dropped: the client cancelled it, or its deadline passed.
+DropReason = Literal["cancelled", "deadline"]
+DROP_REASONS: tuple[DropReason, ...] = ("cancelled", "deadline")
+
+
+#: A client's own deadline timer cancels the call when its deadline passes, which reaches the server
+#: up to the request's transit time before the server's copy of that deadline does; the server cannot
+#: tell that from a cancel, so a cancel this close to the deadline counts as ``deadline``.
+CANCEL_COUNTS_AS_DEADLINE_S = 0.5
+
+
+def _per_reason() -> dict[DropReason, int]:
+    return dict.fromkeys(DROP_REASONS, 0)
+
+
+def drop_reason(deadline: float | None) -> DropReason:
+    """Why a cancelled or expired request is dropped now, given its ``time.monotonic()`` deadline."""
+    if deadline is not None and time.monotonic() >= deadline - CANCEL_COUNTS_AS_DEADLINE_S:
+        return "deadline"
+    return "cancelled"
+
+
+@dataclass
+class DropCounters:
+    """Admitted requests the server dropped instead of scoring, by :data:`DropReason`.
+
+    Each field is one counter labelled by ``reason``: ``requests`` (r3edge_dropped_requests_total),
+    ``queued_requests`` (r3edge_dropped_queued_requests_total: those of ``requests`` dropped while
+    waiting for a slot, before any micro-batch ran), ``pairs`` (r3edge_dropped_pairs_total: pairs
+    never run through the model) and ``micro_batches`` (r3edge_dropped_micro_batches_total: planned
+    micro-batches never run; a queued request was never planned). Scoring threads and the event loop
+    both write them, under one lock.
+    """
+
+    requests: dict[DropReason, int] = field(default_factory=_per_reason)
+    queued_requests: dict[DropReason, int] = field(default_factory=_per_reason)
+    pairs: dict[DropReason, int] = field(default_factory=_per_reason)
+    micro_batches: dict[DropReason, int] = field(default_factory=_per_reason)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    def record(self, reason: DropReason, *, pairs: int, micro_batches: int = 0, queued: bool = False) -> None:
+        with self._lock:
+            self.requests[reason] += 1
+            self.queued_requests[reason] += int(queued)
+            self.pairs[reason] += pairs
+            self.micro_batches[reason] += micro_batches
+
+    def snapshot(self) -> dict[str, dict[DropReason, int]]:
+        """A consistent copy of every counter: ``{field: {reason: count}}``."""
+        with self._lock:
+            return {name: dict(getattr(self, name)) for name in ("requests", "queued_requests", "pairs", "micro_batches")}
+
+
 @dataclass
 class Scored:
+    """One request's scores and where its time went (all in milliseconds).
+
+    ``tokenize_ms`` is text to ids only (score_pairs' own measure); ``inference_ms`` the runtime's
+    calls; ``total_ms`` the whole scoring: tokenizing, batching, collation, inference and read-out
+    (the queue not included; that is ``queue_ms``).
+    """
+
     probs: np.ndarray      # [n, n_labels]
     scores: np.ndarray     # [n]
     truncated_docs: int
@@ -93,6 +156,7 @@ class RerankerService(pb2_grpc.RerankerServicer):
         self.max_batch_tokens = cfg.max_batch_tokens  # resolved for the device in set_runtime
         self._executor = executor
         self._slots = asyncio.Semaphore(cfg.max_concurrent_requests)
+        self.drops = DropCounters()
         self._admitted = 0  # in flight + queued; only touched on the event loop thread
         self._limit = cfg.max_concurrent_requests + cfg.max_queued_requests
 
@@ -134,35 +198,44 @@ class RerankerService(pb2_grpc.RerankerServicer):
 
     # -- scoring ------------------------------------------------------------------------------
     def _score_sync(self, query: str, docs: list[str], cancel: threading.Event, deadline: float | None) -> Scored:
+        """Score in a worker thread; before each runtime call, stop if the request was cancelled or its
+        ``deadline`` (``time.monotonic()``) passed, counting the pairs and micro-batches never run."""
         runtime = self.runtime
         infer = 0.0
+        stats: dict = {}
+        pairs_run = batches_run = 0
 
-        def guarded(fn):
+        def guarded(fn, micro_batch: bool):
             def run(*args):
-                nonlocal infer
-                if cancel.is_set():
+                nonlocal infer, pairs_run, batches_run
+                if cancel.is_set() or (deadline is not None and time.monotonic() >= deadline):
+                    reason = drop_reason(deadline)
+                    self.drops.record(reason, pairs=len(docs) - pairs_run,
+                                      micro_batches=stats.get("n_batches", 0) - batches_run)
+                    if reason == "deadline":
+                        raise DeadlineExceeded("deadline exceeded while scoring", "send a longer deadline or fewer candidates")
                     raise Cancelled("request cancelled")
-                if deadline is not None and time.monotonic() > deadline:
-                    raise DeadlineExceeded("deadline exceeded while scoring", "send a longer deadline or fewer candidates")
                 t = time.perf_counter()
                 out = fn(*args)
                 infer += time.perf_counter() - t
+                if micro_batch:  # (..., input_ids, attention_mask): one row per pair
+                    pairs_run += len(args[-1])
+                    batches_run += 1
                 return out
             return run
 
         # The artifact's prefix-reuse graphs, when it has them: the template head + query run once.
         runner = getattr(runtime, "prefix", None) if self.cfg.prefix_reuse else None
-        prefix = None if runner is None else SimpleNamespace(prefix=guarded(runner.prefix),
-                                                             candidates=guarded(runner.candidates))
-        stats: dict = {}
+        prefix = None if runner is None else SimpleNamespace(prefix=guarded(runner.prefix, False),
+                                                             candidates=guarded(runner.candidates, True))
         t0 = time.perf_counter()
-        logits = score_pairs(runtime.scorer, guarded(runtime.label_logits), [query] * len(docs), docs,
+        logits = score_pairs(runtime.scorer, guarded(runtime.label_logits, True), [query] * len(docs), docs,
                              max_batch_tokens=self.max_batch_tokens, max_batch_size=self.cfg.max_batch_size,
                              stats=stats, prefix=prefix)
         probs, scores = runtime.scorer.relevance(logits)
         total = time.perf_counter() - t0
         return Scored(probs, scores, int(stats.get("truncated_docs", 0)), 0.0,
-                      (total - infer) * 1e3, infer * 1e3, total * 1e3)
+                      float(stats["tokenize_ms"]), infer * 1e3, total * 1e3)
 
     async def _score(self, context, query: str, docs: list[str]) -> Scored:
         self._check_ready()
@@ -172,15 +245,24 @@ class RerankerService(pb2_grpc.RerankerServicer):
                 f"{self.cfg.max_concurrent_requests} + max_queued_requests={self.cfg.max_queued_requests})",
                 "retry later with backoff",
             )
+        # The clock first, then the time left: this deadline is never later than gRPC's own.
+        now = time.monotonic()
+        remaining = context.time_remaining()
+        deadline = now + remaining if remaining is not None else None
         self._admitted += 1
         t_arrive = time.perf_counter()
         try:
-            async with self._slots:
+            try:
+                await self._slots.acquire()
+            except asyncio.CancelledError:
+                # gRPC cancels the handler when the client goes away or the deadline passes.
+                self.drops.record(drop_reason(deadline), pairs=len(docs), queued=True)
+                raise
+            try:
                 queue_ms = (time.perf_counter() - t_arrive) * 1e3
-                remaining = context.time_remaining()
-                if remaining is not None and remaining <= 0:
+                if deadline is not None and time.monotonic() >= deadline:
+                    self.drops.record("deadline", pairs=len(docs), queued=True)
                     raise DeadlineExceeded("deadline exceeded while queued", "retry later or with a longer deadline")
-                deadline = time.monotonic() + remaining if remaining is not None else None
                 cancel = threading.Event()
                 fut = asyncio.get_running_loop().run_in_executor(
                     self._executor, self._score_sync, query, docs, cancel, deadline)
@@ -193,6 +275,8 @@ class RerankerService(pb2_grpc.RerankerServicer):
                     with contextlib.suppress(BaseException):
                         await fut
                     raise
+            finally:
+                self._slots.release()
         finally:
             self._admitted -= 1
         scored.queue_ms = queue_ms

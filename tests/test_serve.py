@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
 import sys
+import threading
+import time
+from types import SimpleNamespace
 
 import grpc
 import numpy as np
@@ -133,11 +137,129 @@ def test_score_pairs_validation(client):
     assert "documents[1] is empty" in err.value.details()
 
 
-def test_expired_deadline_is_reported_and_server_stays_healthy(client):
-    with pytest.raises(grpc.RpcError) as err:
-        client.rerank_raw(QUERY, candidates(300, long=True), top_k=10, timeout=0.001)
-    assert err.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
-    assert client.is_serving() and len(client.rerank(QUERY, candidates(3))) == 3
+class SlowRuntime:
+    """The artifact's real ONNX runtime, sleeping ``delay_s`` before each micro-batch so that a request
+    is still being scored when its deadline passes or its client cancels; counts the pairs it ran."""
+
+    def __init__(self, runtime, delay_s: float):
+        self._runtime, self.delay_s = runtime, delay_s
+        self.pairs_run = 0
+        self.started = threading.Event()  # the first micro-batch reached the runtime
+        runner = getattr(runtime, "prefix", None)
+        self.prefix = None if runner is None else SimpleNamespace(prefix=runner.prefix,
+                                                                  candidates=self._slow(runner.candidates))
+        self.label_logits = self._slow(runtime.label_logits)
+
+    def _slow(self, fn):
+        def run(*args):
+            self.started.set()
+            time.sleep(self.delay_s)
+            out = fn(*args)
+            self.pairs_run += len(args[-1])
+            return out
+        return run
+
+    def __getattr__(self, name):
+        return getattr(self._runtime, name)
+
+
+@contextlib.contextmanager
+def slow_server(artifact, delay_s: float = 1.0, **settings):
+    """A real server on a free port whose runtime is a :class:`SlowRuntime`; one pair per micro-batch."""
+    from r3edge.api.client import RerankerClient
+    from r3edge.serve.config import ServeConfig
+    from r3edge.serve.server import BackgroundServer, load_runtime_for
+
+    cfg = ServeConfig(**{"artifact": str(artifact), "port": free_port(), "max_batch_size": 1, **settings})
+    runtime = SlowRuntime(load_runtime_for(cfg), delay_s)
+    with BackgroundServer(cfg, runtime=runtime) as srv, RerankerClient(srv.target, timeout=300) as c:
+        c.wait_ready(120)
+        yield srv, c, runtime, srv.server.service.drops
+
+
+def wait_for(condition, timeout: float = 120.0) -> None:
+    """Poll until ``condition()`` holds (generous: the box may be loaded); the caller asserts after."""
+    end = time.monotonic() + timeout
+    while not condition() and time.monotonic() < end:
+        time.sleep(0.05)
+
+
+def rerank_request(n: int):
+    from r3edge.api import pb2
+
+    return pb2.RerankRequest(query=QUERY, top_k=0, candidates=[pb2.Candidate(id=i, text=t) for i, t in candidates(n)])
+
+
+def test_expired_deadline_is_reported_and_server_stays_healthy(tiny_artifact):
+    """The deadline passes on the server while it scores: it stops between micro-batches, drops the
+    rest and says DEADLINE_EXCEEDED; the slot is freed and the next request is scored."""
+    n = 20  # 20 micro-batches of 1 s: the 5 s deadline passes well before the last one
+    with slow_server(tiny_artifact, max_concurrent_requests=1) as (_, c, runtime, drops):
+        with pytest.raises(grpc.RpcError) as err:
+            c.stub.Rerank(rerank_request(n), timeout=5.0)
+        assert err.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+        wait_for(lambda: drops.requests["deadline"] or runtime.pairs_run == n)
+        got = drops.snapshot()
+        assert runtime.started.is_set(), "the server began scoring before the deadline"
+        assert got["requests"] == {"cancelled": 0, "deadline": 1}, (got, runtime.pairs_run)
+        assert got["queued_requests"]["deadline"] == 0, "dropped while scoring, not while queued"
+        assert 0 < got["pairs"]["deadline"] == n - runtime.pairs_run
+        assert got["micro_batches"]["deadline"] == n - runtime.pairs_run  # one pair per micro-batch
+        assert c.is_serving() and len(c.rerank(QUERY, candidates(2), top_k=0)) == 2
+        assert drops.snapshot() == got, "a request within its deadline drops nothing"
+
+
+def test_request_whose_deadline_passes_in_the_queue_is_never_scored(tiny_artifact):
+    """Behind a busy slot, a request whose deadline passes is dropped before any micro-batch runs."""
+    busy_n, late_n = 8, 3
+    with slow_server(tiny_artifact, max_concurrent_requests=1, max_queued_requests=4) as (_, c, runtime, drops):
+        busy = c.stub.Rerank.future(rerank_request(busy_n), timeout=300)
+        assert runtime.started.wait(120), "the busy request reached the runtime"
+        with pytest.raises(grpc.RpcError) as err:
+            c.stub.Rerank(rerank_request(late_n), timeout=2.0)
+        assert err.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+        assert len(busy.result(300).results) == busy_n
+        wait_for(lambda: drops.requests["deadline"])
+        got = drops.snapshot()
+        assert got["requests"] == got["queued_requests"] == {"cancelled": 0, "deadline": 1}, got
+        assert got["pairs"]["deadline"] == late_n and got["micro_batches"]["deadline"] == 0, got
+        assert runtime.pairs_run == busy_n, "none of the expired request's pairs reached the runtime"
+
+
+def test_cancelled_request_stops_scoring_and_frees_its_slot(tiny_artifact):
+    """A client cancel stops the server between micro-batches; the rest is never run and the slot is freed."""
+    n = 20
+    with slow_server(tiny_artifact, max_concurrent_requests=1, max_queued_requests=1) as (_, c, runtime, drops):
+        fut = c.stub.Rerank.future(rerank_request(n), timeout=300)
+        assert runtime.started.wait(120), "the request reached the runtime"
+        assert fut.cancel()
+        wait_for(lambda: drops.requests["cancelled"] or runtime.pairs_run == n)
+        got = drops.snapshot()
+        assert got["requests"] == {"cancelled": 1, "deadline": 0}, (got, runtime.pairs_run)
+        assert got["queued_requests"]["cancelled"] == 0
+        assert 0 < got["pairs"]["cancelled"] == n - runtime.pairs_run
+        assert got["micro_batches"]["cancelled"] == n - runtime.pairs_run
+        assert len(c.rerank(QUERY, candidates(2), top_k=0, timeout=120)) == 2
+
+
+def test_timing_tokenize_ms_is_text_to_ids_only(tiny_artifact):
+    """tokenize_ms is score_pairs' text-to-ids time: batching and collation count in total_ms only."""
+    from r3edge.core.scoring import Scorer
+
+    collate_s = 1.0
+
+    class SlowCollate(Scorer):  # the same scorer, whose collation takes a known second per micro-batch
+        def collate_ids(self, rows):
+            time.sleep(collate_s)
+            return super().collate_ids(rows)
+
+    with slow_server(tiny_artifact, delay_s=0.0) as (srv, c, runtime, _):
+        real = runtime.scorer
+        runtime.scorer = SlowCollate(real.spec, real.tokenizer)
+        t = c.rerank_raw(QUERY, candidates(3), top_k=0).timing
+    assert 0 < t.tokenize_ms and 0 < t.inference_ms
+    # three micro-batches, each collated in >= 1 s: counted in total_ms, in neither part
+    assert t.total_ms - t.tokenize_ms - t.inference_ms >= 3 * collate_s * 1e3, t
 
 
 def test_overload_sheds_with_resource_exhausted(tiny_artifact):
