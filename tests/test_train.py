@@ -218,7 +218,46 @@ def test_eval_split_keeps_the_best_epoch_and_stops_early(labels_dir, tmp_path):
     assert report["n_examples"]["eval_split"] in (3, 4) and report["n_examples"]["trained_on"] + \
         report["n_examples"]["eval_split"] == 7
     assert len(evals) < 30, "early stopping ends training once the held-out loss stops improving"
-    assert report["best_eval_loss"] == min(loss for _, loss in evals)
+    best = report["best_eval_loss"]
+    assert best == min(loss for _, loss in evals) and report["best_epoch"] == min(evals, key=lambda e: e[1])[0]
+    # The saved weights are the best epoch's: their held-out loss, computed as the Trainer's evaluation
+    # does (one batch of the held-out queries, the config's temperature and gold weight), is the best
+    # epoch's, not the last epoch's (early stopping means the last one was worse).
+    last = evals[-1][1]
+    assert last - best > 1e-3, "the last epoch must differ from the best for this check to mean anything"
+    saved = held_out_loss(out, labels_dir, cfg)
+    assert saved == pytest.approx(best, abs=1e-5), f"saved {saved}, best epoch {best}, last epoch {last}"
+
+
+def held_out_loss(student_dir: Path, labels_dir: Path, config_path: Path) -> float:
+    """The distillation loss of a saved student on the config's held-out queries of ``labels_dir``."""
+    import torch
+
+    from r3edge.core.config import StudentConfig, load_yaml
+    from r3edge.core.labels import read_labels
+    from r3edge.distill.train import (
+        DistillCollator,
+        build_dataset,
+        distillation_loss,
+        gold_targets,
+        split_by_query,
+        teacher_targets,
+    )
+    from r3edge.model.student import load_student, scoring_module
+
+    tp = load_yaml(config_path, StudentConfig).train
+    lm, scorer = load_student(student_dir)
+    table = read_labels(labels_dir)
+    n = scorer.spec.n_labels
+    data = build_dataset(scorer, table.column("query").to_pylist(), table.column("text").to_pylist(),
+                         teacher_targets(table, n, labels_dir), gold_targets(table, n, labels_dir))
+    _, eval_idx = split_by_query(table.column("qid").to_pylist(), tp.eval_fraction, tp.seed)
+    held = data.select(eval_idx)
+    batch = DistillCollator(scorer)([held[i] for i in range(len(held))])
+    with torch.no_grad():
+        loss, _ = distillation_loss(scoring_module(lm, scorer).eval(), batch, temperature=tp.temperature,
+                                    gold_weight=tp.gold_weight)
+    return float(loss)
 
 
 def test_early_stopping_without_an_eval_split_is_refused(tmp_path):
