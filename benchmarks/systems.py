@@ -18,6 +18,7 @@ import numpy as np
 from r3edge.benchmarks.load import collect_probs, percentiles, run_load
 from r3edge.core.errors import InvalidInput
 from r3edge.core.pairs import QueryCandidates
+from r3edge.core.scoring import SPEC_DEFAULTS
 
 REQUEST_SIZE = 100  # the teacher estimate is scaled to a top-100 request
 
@@ -104,8 +105,11 @@ def teacher_row(queries: Sequence[QueryCandidates], labels_dir: str | Path, labe
 
 
 @contextmanager
-def _served(artifact: str, variant: str | None, threads: int | None, **limits) -> Iterator[str]:
-    """Run `r3edge serve` in a child process on a free port; yield its address; stop it (SIGTERM)."""
+def serve_artifact(artifact: str, variant: str | None, threads: int | None, **limits) -> Iterator[str]:
+    """Run `r3edge serve` in a child process on a free port; yield its address; stop it (SIGTERM).
+
+    ``limits`` become flags (``max_batch_tokens=512`` -> ``--max-batch-tokens 512``); None is left out.
+    """
     import re
     import subprocess
     import sys
@@ -186,9 +190,9 @@ def bench_systems(queries: Sequence[QueryCandidates], *, artifact: str | None = 
         rows.append(student_row(target, queries, teacher, system=f"server@{target}", **kw))
     else:
         for variant in (list(variants) if variants else _variants_of(artifact)):
-            with _served(artifact, variant, threads, **(serve_limits or {})) as tgt:
+            with serve_artifact(artifact, variant, threads, **(serve_limits or {})) as tgt:
                 rows.append(student_row(tgt, queries, teacher, system="student (onnxruntime)", **kw))
-    label_values = rows[0].get("label_values") or (0.0, 1.0, 2.0)
+    label_values = rows[0].get("label_values") or SPEC_DEFAULTS["label_values"]
     if labels_dir:
         rows.append(teacher_row(queries, labels_dir, label_values))
     gold = any(c.label is not None for q in queries for c in q.candidates)

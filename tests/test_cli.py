@@ -17,7 +17,7 @@ def _subparsers():
 
 
 def test_every_stage_of_the_design_is_a_subcommand():
-    # DESIGN.md names one subcommand per stage; written out here, not derived from COMMANDS
+    # one subcommand per stage (docs/ARCHITECTURE.md, "Stages"); written out here, not derived from COMMANDS
     assert set(_subparsers()) == {"pairs", "label", "teacher", "train", "eval", "export", "serve", "rerank", "bench", "fidelity", "demo"}
 
 

@@ -33,9 +33,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import time
+from contextlib import ExitStack
 from pathlib import Path
 
 import numpy as np
@@ -141,12 +141,13 @@ def main() -> int:
 
     from r3edge.api.client import RerankerClient
     from r3edge.benchmarks.machine import machine_info
+    from r3edge.benchmarks.systems import serve_artifact
     from r3edge.core.artifact import read_manifest
     from r3edge.core.hardware import cpu_has_bf16
     from r3edge.core.metrics import relevance_metrics
     from r3edge.core.onnx_runtime import OnnxRuntime
     from r3edge.core.pairs import read_queries
-    from r3edge.core.scoring import DEFAULT_MAX_BATCH_TOKENS, score_pairs
+    from r3edge.core.scoring import DEFAULT_MAX_BATCH_TOKENS, plan_batches, score_pairs
     from r3edge.export.parity import batch_invariance
     from r3edge.model.student import EncoderScorer
     from r3edge.model.torch_runtime import TorchRuntime
@@ -252,34 +253,23 @@ def main() -> int:
     log(peaks)
 
     # -- the served artifact ----------------------------------------------------------------------
-    cmd = [sys.executable, "-m", "r3edge", "serve", str(args.artifact), "--host", "127.0.0.1", "--port", "0",
-           "--variant", serve_variant, "--threads", str(THREADS), "--grace-period-s", "1"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    target = None
-    for line in proc.stdout:
-        if line.startswith("serving ") and " on " in line:
-            target = line.strip().rsplit(" on ", 1)[1]
-            break
-    if target is None:
-        raise SystemExit("r3edge serve did not start")
-    import threading
-
-    threading.Thread(target=proc.stdout.read, daemon=True).start()
-    client = RerankerClient(target)
+    server = ExitStack()
+    target = server.enter_context(serve_artifact(args.artifact, serve_variant, THREADS))
+    client = server.enter_context(RerankerClient(target))
     client.wait_ready(120)
+    # the budget the server chose for its device (DEFAULT_MAX_BATCH_TOKENS on CPU, GPU_MAX_BATCH_TOKENS on a GPU provider)
+    served_limits = client.model_info().limits
     served_name = f"served {serve_variant} (gRPC Rerank top-100 -> top-10, r3edge serve)"
 
     def served(qs, ds, client=client):
         return client.rerank(qs[0], [(str(i), d) for i, d in enumerate(ds)], top_k=10)
 
-    # session-only time of the served variant: ids built beforehand, only session.run is timed
+    # session-only time of the served variant at the server's micro-batches: ids built beforehand, only session.run is timed
     srt = OnnxRuntime(args.artifact, serve_variant, threads=THREADS, device="cpu")
 
     def session_only(qs, ds, srt=srt):
-        from r3edge.core.scoring import plan_batches
-
         enc = srt.scorer.encode_batch(qs, ds)
-        plan = plan_batches([len(e.input_ids) for e in enc], DEFAULT_MAX_BATCH_TOKENS, 64)
+        plan = plan_batches([len(e.input_ids) for e in enc], served_limits.max_batch_tokens, served_limits.max_batch_size)
         feeds = [srt.scorer.collate([enc[i] for i in idx]) for idx in plan]
         t = time.perf_counter()
         for ids, mask in feeds:
@@ -311,9 +301,7 @@ def main() -> int:
             sysd["fn"](qs, ds)
             lat[name].append(time.perf_counter() - t)
         log(f"round {r + 1}/{args.reps}", {k: round(v[-1] * 1e3) for k, v in lat.items() if v})
-    client.close()
-    proc.terminate()
-    proc.wait(30)
+    server.close()
     load_after = load_avg()
 
     # -- rows -------------------------------------------------------------------------------------
@@ -364,7 +352,8 @@ def main() -> int:
                     "hidden": config.hidden_size},
         "artifact": {"dir": Path(args.artifact).name, "default": manifest["default"], "variants": manifest["variants"],
                      "served_variant": serve_variant},
-        "max_batch_tokens": DEFAULT_MAX_BATCH_TOKENS, "rounds": args.reps, "pause_s": args.pause, "order": "shuffled per round",
+        "max_batch_tokens": DEFAULT_MAX_BATCH_TOKENS, "served_max_batch_tokens": served_limits.max_batch_tokens,
+        "rounds": args.reps, "pause_s": args.pause, "order": "shuffled per round",
         "split": {"validation": Path(args.heldout).name, "validation_pairs": len(all_q), "calibration": args.calib_source},
         "fp32_reference": {"accuracy": m_ref["accuracy"], "ndcg@10": m_ref["ndcg@10"]},
         "mean_tokens_per_top100": float(np.mean([sum(ls) for ls in lengths_per_q])),
@@ -394,8 +383,10 @@ def report(res: dict) -> str:
         f"Accuracy on {res['split']['validation_pairs']} held-out pairs ({res['split']['validation']}); int8 calibration "
         f"(the calibrated variants: static int8, int8-smooth) on {res['split']['calibration']}: separate queries. fp32 reference: accuracy "
         f"{res['fp32_reference']['accuracy']:.3f}, nDCG@10 {res['fp32_reference']['ndcg@10']:.3f}.",
-        f"Micro-batches: length-sorted, at most {res.get('max_batch_tokens', 8192)} padded tokens (the scorers' and the "
-        "server's default) unless a row names another budget.", "",
+        f"Micro-batches: length-sorted, at most {res['max_batch_tokens']} padded tokens in process (r3edge's CPU default, "
+        "`DEFAULT_MAX_BATCH_TOKENS`)"
+        + (f" and {res['served_max_batch_tokens']} in the server (its ModelInfo)" if "served_max_batch_tokens" in res else "")
+        + " unless a row names another budget.", "",
         "| system | p50 ms | p95 ms | pairs/s | achieved GFLOP/s | GEMM peak (same runtime, precision) | fraction | "
         "max abs Δlogit | argmax agr. | Δ acc (pt) | Δ nDCG@10 | top-10 overlap | batch inv. max abs Δscore |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|",

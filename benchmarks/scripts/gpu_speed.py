@@ -2,8 +2,9 @@
 reasoning judges (Qwen2.5-7B and a 1.5B of the student's size) generating with `transformers.generate`.
 
 Speed only: every model has random weights (no network, no checkpoints), so no number here says anything
-about ranking quality. Self-contained on purpose (torch, transformers, numpy, stdlib) so it can run on a
-bare lent GPU machine:  python3 benchmarks/scripts/gpu_speed.py --out DIR      (about 5 minutes on one H100)
+about ranking quality. Imports no r3edge code on purpose (torch, transformers, numpy, pyyaml, stdlib; the
+student architecture is read from the checkout's configs/student/qwen2.5-1.5b-random.yaml) so it can run on a
+bare GPU machine:  python3 benchmarks/scripts/gpu_speed.py --out DIR      (about 5 minutes on one H100)
 CPU check with tiny models:  python benchmarks/scripts/gpu_speed.py --smoke --out /tmp/gs
 Writes DIR/gpu_speed.json and DIR/gpu_speed.md (rewritten after every system, so a run cut short keeps
 what it measured) and prints the markdown at the end.

@@ -3,9 +3,10 @@
     python benchmarks/scripts/ort_profile.py --artifact runs/q-art --variants fp32,int8-smooth \\
         --heldout runs/held50.jsonl --requests 4
 
-Each variant runs ``--requests`` top-100 lists through ``score_pairs`` (the server's micro-batching)
-in the server's own session (``OnnxRuntime``, single graph) with ONNX Runtime's profiler on; kernel
-times are summed per op type and divided by the requests: milliseconds per top-100.
+Each variant runs ``--requests`` top-100 lists through ``score_pairs`` (the server's micro-batching, at
+``DEFAULT_MAX_BATCH_TOKENS``: the server's budget on CPU) in the server's own session (``OnnxRuntime``,
+single graph) with ONNX Runtime's profiler on; kernel times are summed per op type and divided by the
+requests: milliseconds per top-100.
 Prints a markdown table; the kernels' total is below the wall time (no tokenisation, no scheduling).
 """
 

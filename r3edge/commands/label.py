@@ -20,7 +20,7 @@ import argparse
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("pairs", help="pairs JSONL (candidate-list or flat form; see DESIGN.md contract 1)")
+    parser.add_argument("pairs", help="pairs JSONL (candidate-list or flat form; docs/ARCHITECTURE.md, contract 1)")
     parser.add_argument("--teacher", default="r3a-smollm2",
                         help="teacher config: a shipped name (r3a-smollm2, r3a-7b, umbrela-smollm2, retro-smollm2, "
                              "tongxiao-smollm2, true-smollm2, crux-smollm2, ...) or a YAML path")
