@@ -95,9 +95,31 @@ def test_manifest_and_export_report(artifact):
     assert report["rejected"] == {}
 
 
+class TorchPrefixRunner:
+    """A :class:`r3edge.core.scoring.PrefixRunner` on the torch modules the export traces, so a mismatch
+    can be told apart from an ONNX conversion fault."""
+
+    def __init__(self, lm, label_token_ids):
+        import torch
+
+        from r3edge.model.prefix import CandidateGraph, PrefixGraph
+
+        self.torch = torch
+        self.prefix_graph = PrefixGraph(lm).eval()
+        self.candidate_graph = CandidateGraph(lm, label_token_ids).eval()
+
+    def prefix(self, input_ids):
+        with self.torch.no_grad():
+            return self.prefix_graph(self.torch.from_numpy(input_ids))
+
+    def candidates(self, cache, input_ids, attention_mask):
+        with self.torch.no_grad():
+            out = self.candidate_graph(self.torch.from_numpy(input_ids), self.torch.from_numpy(attention_mask), list(cache))
+        return out.float().numpy()
+
+
 def test_torch_prefix_graphs_equal_the_torch_single_graph(student):
     from r3edge.core.scoring import score_pairs
-    from r3edge.model.prefix import TorchPrefixRunner
     from r3edge.model.student import lm_score_fn, load_student
 
     lm, scorer = load_student(student)

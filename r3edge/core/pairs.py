@@ -1,10 +1,10 @@
 """Pair files: the input contract of the pipeline (torch-free).
 
-Two JSONL forms are accepted (see DESIGN.md, contract 1):
+Two JSONL forms are accepted (docs/ARCHITECTURE.md, contract 1):
 
 * candidate-list form, one query per line:
-  ``{"qid", "query", "candidates": [{"docid", "text", "label"?, "rank"?}], "aux"?: [text, ...]}``
-* flat form, one pair per line: ``{"qid", "query", "docid", "text", "label"?, "aux"?}``
+  ``{"qid", "query", "candidates": [{"docid", "text", "label"?, "rank"?, "meta"?}], "aux"?: [text, ...], "meta"?}``
+* flat form, one pair per line: ``{"qid", "query", "docid", "text", "label"?, "aux"?, "meta"?, "query_meta"?}``
 
 Both are read into :class:`QueryCandidates`; flat lines of the same ``qid`` are grouped in file order.
 Errors name the file, the line number and the field.
@@ -13,8 +13,7 @@ Errors name the file, the line number and the field.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from r3edge.core.errors import InvalidInput
@@ -61,18 +60,6 @@ class QueryCandidates:
         if self.meta is not None:
             d["meta"] = self.meta
         return d
-
-
-@dataclass(frozen=True)
-class Pair:
-    """One query–document pair with its context, as the teacher and the trainer see it."""
-
-    qid: str
-    query: str
-    docid: str
-    text: str
-    label: int | None = None
-    aux: tuple[str, ...] = field(default=())
 
 
 def _need(obj: dict, key: str, typ, where: str):
@@ -173,13 +160,6 @@ def read_queries(path: str | Path) -> list[QueryCandidates]:
                 raise InvalidInput(f"{path}: qid {g.qid!r} lists docid {c.docid!r} twice", "keep one copy of each candidate")
             seen.add(c.docid)
     return list(groups.values())
-
-
-def iter_pairs(queries: list[QueryCandidates], n_aux: int = 3) -> Iterator[Pair]:
-    for q in queries:
-        aux = tuple(q.auxiliary_docs(n_aux))
-        for c in q.candidates:
-            yield Pair(q.qid, q.query, c.docid, c.text, c.label, aux)
 
 
 def write_queries(path: str | Path, queries: list[QueryCandidates]) -> None:

@@ -78,21 +78,3 @@ class CandidateGraph(nn.Module):
         rows = self.lm.get_output_embeddings().weight.index_select(0, self.label_ids)
         return (h @ rows.T).float()
 
-
-class TorchPrefixRunner:
-    """:class:`r3edge.core.scoring.PrefixRunner` on the torch graphs (the reference of the ONNX pair)."""
-
-    def __init__(self, lm: nn.Module, label_token_ids: tuple[int, ...]):
-        self.prefix_graph = PrefixGraph(lm).eval()
-        self.candidate_graph = CandidateGraph(lm, label_token_ids).eval()
-        self.device = next(lm.parameters()).device
-
-    def prefix(self, input_ids):
-        with torch.no_grad():
-            return self.prefix_graph(torch.from_numpy(input_ids).to(self.device))
-
-    def candidates(self, cache, input_ids, attention_mask):
-        with torch.no_grad():
-            out = self.candidate_graph(torch.from_numpy(input_ids).to(self.device),
-                                       torch.from_numpy(attention_mask).to(self.device), list(cache))
-        return out.float().cpu().numpy()
