@@ -20,7 +20,7 @@ from r3edge.core.errors import InvalidInput
 from r3edge.core.labels import read_labels, read_manifest
 from r3edge.core.metrics import agreement_metrics, relevance_metrics
 from r3edge.core.progress import Progress
-from r3edge.core.scoring import ScoreFn, Scorer, Scoring, score_pairs, softmax
+from r3edge.core.scoring import SPEC_DEFAULTS, ScoreFn, Scorer, Scoring, score_pairs, softmax
 
 CHUNK = 256  # pairs per score_fn call: large enough to batch well, small enough for progress lines
 
@@ -87,21 +87,26 @@ def evaluate(
     scorer: Scorer | None = None,
     label_values: Sequence[float] | None = None,
     stream: TextIO | None = None,
+    return_logits: bool = False,
 ) -> dict:
     """Metrics of ``score_fn`` on a complete labels directory: vs gold, vs the teacher, and the teacher vs gold.
+
+    ``return_logits`` adds the raw label logits and the gold labels (``_logits``, ``_gold``,
+    ``_has_gold``; not JSON) for callers that fit on them (``r3edge calibrate``).
 
     Label values come from ``label_values``, else the scorer, else the labels manifest, else 0,1,2.
     """
     table = read_labels(labels_dir)
     if table.num_rows == 0:
         raise InvalidInput(f"{labels_dir} holds no labelled pairs", "run `r3edge label` on a non-empty pairs file")
+    if isinstance(score_fn, Scoring):
+        scorer = scorer or score_fn.scorer  # its temperature turns the logits into probabilities below
     if label_values is None and isinstance(score_fn, Scoring):
         label_values = score_fn.label_values
-        scorer = scorer or score_fn.scorer
     if label_values is None and scorer is not None:
         label_values = scorer.spec.label_values
     if label_values is None:
-        label_values = read_manifest(labels_dir).get("label_values") or (0.0, 1.0, 2.0)
+        label_values = read_manifest(labels_dir).get("label_values") or SPEC_DEFAULTS["label_values"]
     values = tuple(float(v) for v in label_values)
     n_labels = len(values)
 
@@ -122,7 +127,10 @@ def evaluate(
         progress.update(len(out))
     progress.close()
     seconds = time.perf_counter() - t0
-    student = softmax(logits)
+    # the scorer's calibration (scorer.json temperature), as the server applies it; a server's own
+    # log-probabilities come back calibrated already
+    student = scorer.probabilities(logits) if scorer is not None else softmax(logits)
+    result_logits = logits
 
     teacher_rows = table.column("probs").to_pylist()
     has_teacher = np.asarray([p is not None and len(p) == n_labels for p in teacher_rows])
@@ -145,7 +153,10 @@ def evaluate(
                                               [q for q, ok in zip(qids, has_gold & has_teacher) if ok], values)
                             if (has_gold & has_teacher).any() else None),
         "student_vs_teacher": agreement_metrics(teacher[has_teacher], student[has_teacher], values) if has_teacher.any() else None,
+        "temperature": scorer.spec.temperature if scorer is not None else None,
     }
+    if return_logits:
+        result["_logits"], result["_gold"], result["_has_gold"] = result_logits, gold, has_gold
     return result
 
 
@@ -157,7 +168,8 @@ def format_table(result: dict) -> str:
             return "—"
         return f"{100 * x:.1f}" if pct else f"{x:.3f}"
 
-    head = f"{'':18} {'n':>6} {'F1-0':>6} {'F1-1':>6} {'F1-2':>6} {'AUC0/12':>8} {'AUC01/2':>8} {'Acc':>6} {'nDCG@10':>8}"
+    head = (f"{'':18} {'n':>6} {'F1-0':>6} {'F1-1':>6} {'F1-2':>6} {'AUC0/12':>8} {'AUC01/2':>8} {'Acc':>6} {'nDCG@10':>8}"
+            f" {'ECE':>6}")
     lines = [f"{result['labels_dir']} scored by {result['scored_by']} "
              f"({result['n_pairs']} pairs, {result['pairs_per_second']} pairs/s)", head]
     for key, label in (("teacher_vs_gold", "teacher vs gold"), ("student_vs_gold", "student vs gold")):
@@ -169,7 +181,7 @@ def format_table(result: dict) -> str:
         lines.append(
             f"{label:18} {m['n']:>6} {cell(f1.get('0')):>6} {cell(f1.get('1')):>6} {cell(f1.get('2')):>6} "
             f"{cell(m.get('auc_0_12')):>8} {cell(m.get('auc_01_2')):>8} {cell(m.get('accuracy')):>6} "
-            f"{cell(m.get('ndcg@10')):>8}"
+            f"{cell(m.get('ndcg@10')):>8} {cell(m.get('ece'), pct=False):>6}"
         )
     a = result.get("student_vs_teacher")
     if a:

@@ -19,6 +19,7 @@ COMMANDS = {
     "teacher": "fine-tune the teacher judge itself: `teacher sft` (R³A's cold start on traces in its format)",
     "train": "distil teacher labels into a student that scores with the label-token logits only",
     "eval": "score labelled pairs with a student, an artifact or a server and report accuracy",
+    "calibrate": "fit temperature scaling on held-out gold labels into a student's or artifact's scorer.json",
     "export": "export a student to an ONNX scoring graph with a parity check against PyTorch",
     "serve": "serve an artifact over gRPC (Rerank top-k, ScorePairs, ModelInfo, health, reflection)",
     "rerank": "send one rerank request to a running server and print the top-k",

@@ -18,7 +18,8 @@ def _subparsers():
 
 def test_every_stage_of_the_design_is_a_subcommand():
     # one subcommand per stage (docs/ARCHITECTURE.md, "Stages"); written out here, not derived from COMMANDS
-    assert set(_subparsers()) == {"pairs", "label", "teacher", "train", "eval", "export", "serve", "rerank", "bench", "fidelity", "demo"}
+    assert set(_subparsers()) == {"pairs", "label", "teacher", "train", "eval", "calibrate", "export", "serve", "rerank",
+                                  "bench", "fidelity", "demo"}
 
 
 @pytest.mark.parametrize("name", sorted(COMMANDS))

@@ -16,6 +16,8 @@ import numpy as np
 from scipy.stats import spearmanr
 from sklearn.metrics import accuracy_score, f1_score, ndcg_score, roc_auc_score
 
+from r3edge.core.calibration import reliability
+
 EPS = 1e-12
 
 
@@ -97,6 +99,7 @@ def relevance_metrics(
         out["auc_0_12"] = _auc(gold > 0, 1.0 - p[:, 0])
         out["auc_01_2"] = _auc(gold == n_labels - 1, p[:, -1])
     out.update(ndcg_at_k(values[gold], expected, qids, k=k))
+    out["ece"] = reliability(p, gold)["ece"]  # top-label expected calibration error
     return out
 
 

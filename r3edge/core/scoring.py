@@ -96,6 +96,10 @@ class ScorerSpec:
     version: int = SPEC_VERSION
     extra: dict = field(default_factory=dict)
     head: str = "label_rows"
+    #: label logits are divided by it before the softmax (temperature scaling, fitted by
+    #: ``r3edge calibrate`` on held-out gold labels; r3edge.core.calibration). It changes no ranking
+    #: and no input, so it is not part of the fingerprint.
+    temperature: float = 1.0
 
     def __post_init__(self):
         if len(self.label_tokens) != len(self.label_values):
@@ -115,6 +119,9 @@ class ScorerSpec:
             raise InvalidInput(
                 f"scorer spec: padding_side={self.padding_side!r}", "use 'left' or 'right'"
             )
+        if not self.temperature > 0:
+            raise InvalidInput(f"scorer spec: temperature={self.temperature}", "use a positive temperature",
+                               field="temperature")
         for name in ("max_query_tokens", "max_doc_tokens", "max_total_tokens"):
             if getattr(self, name) <= 0:
                 raise InvalidInput(f"scorer spec: {name} must be positive", f"set {name} > 0")
@@ -147,9 +154,11 @@ class ScorerSpec:
         """A short hash that changes whenever any input-affecting field changes.
 
         The default ``head`` is left out of the hash, so artifacts exported before the field existed
-        keep the fingerprint their manifest records.
+        keep the fingerprint their manifest records; so is ``temperature``, which changes no input
+        (an artifact can be calibrated after export).
         """
         d = self.to_json()
+        del d["temperature"]
         if d["head"] == "label_rows":
             del d["head"]
         blob = json.dumps(d, sort_keys=True).encode()
@@ -380,7 +389,8 @@ class Scorer:
 
     # -- output -------------------------------------------------------------------------------
     def probabilities(self, label_logits: np.ndarray) -> np.ndarray:
-        return softmax(np.asarray(label_logits, dtype=np.float64))
+        """``softmax(label_logits / temperature)``: the spec's calibration applied (1.0: none)."""
+        return softmax(np.asarray(label_logits, dtype=np.float64) / self.spec.temperature)
 
     def relevance(self, label_logits: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``(probs [n, n_labels], score [n])`` with score = Σ p·label_value (monotone, 0..2)."""

@@ -1,0 +1,77 @@
+"""Calibration of the student's label probabilities: temperature scaling and its measurement.
+
+Users threshold ``score`` and ``label_probs`` ("drop below 0.5"), so a probability should mean what
+it says. Temperature scaling (Guo et al., 2017) divides the label logits by one scalar ``T`` fitted
+on held-out gold labels: it changes no ranking and no argmax, only how confident the probabilities
+are. ``T`` is stored in ``scorer.json`` (:attr:`r3edge.core.scoring.ScorerSpec.temperature`), so
+every scorer that reads the spec (training-time evaluation, the ONNX runtimes, the server) applies it.
+
+Calibration error is the top-label ECE: pairs binned by their highest label probability, the
+gap between that confidence and the bin's accuracy, weighted by the bin's share of pairs.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from r3edge.core.errors import InvalidInput
+
+#: bins of the expected calibration error and of the reliability diagram
+ECE_BINS = 15
+
+
+def _log_softmax(z: np.ndarray) -> np.ndarray:
+    z = z - z.max(axis=1, keepdims=True)
+    return z - np.log(np.exp(z).sum(axis=1, keepdims=True))
+
+
+def _nll(logits: np.ndarray, gold: np.ndarray, temperature: float) -> float:
+    return float(-_log_softmax(logits / temperature)[np.arange(len(gold)), gold].mean())
+
+
+def fit_temperature(logits, gold, *, bounds: tuple[float, float] = (0.05, 20.0), iterations: int = 80) -> float:
+    """The temperature that minimises the negative log-likelihood of ``gold`` (class indices) under
+    ``softmax(logits / T)``; golden-section search on log T (the NLL is unimodal in it)."""
+    z = np.asarray(logits, dtype=np.float64)
+    y = np.asarray(gold, dtype=np.int64)
+    if z.ndim != 2 or len(z) != len(y) or not len(y):
+        raise InvalidInput(f"calibration needs logits [n, n_labels] and n gold labels; got {z.shape} and {y.shape}",
+                           "calibrate on labelled pairs that have gold labels", field="gold")
+    if y.min() < 0 or y.max() >= z.shape[1]:
+        raise InvalidInput(f"gold labels must be class indices in 0..{z.shape[1] - 1}", "map the gold labels first",
+                           field="gold")
+    lo, hi = np.log(bounds[0]), np.log(bounds[1])
+    ratio = (np.sqrt(5) - 1) / 2
+    a, b = hi - ratio * (hi - lo), lo + ratio * (hi - lo)
+    fa, fb = _nll(z, y, np.exp(a)), _nll(z, y, np.exp(b))
+    for _ in range(iterations):
+        if fa < fb:
+            hi, b, fb = b, a, fa
+            a = hi - ratio * (hi - lo)
+            fa = _nll(z, y, np.exp(a))
+        else:
+            lo, a, fa = a, b, fb
+            b = lo + ratio * (hi - lo)
+            fb = _nll(z, y, np.exp(b))
+    return float(np.exp((lo + hi) / 2))
+
+
+def reliability(probs, gold, bins: int = ECE_BINS) -> dict:
+    """Top-label ECE and the per-bin points of a reliability diagram.
+
+    Bins are equal-width over confidence (the highest label probability); empty bins are left out.
+    """
+    p = np.asarray(probs, dtype=np.float64)
+    y = np.asarray(gold, dtype=np.int64)
+    conf, correct = p.max(axis=1), (p.argmax(axis=1) == y).astype(np.float64)
+    edges = np.linspace(0.0, 1.0, bins + 1)
+    which = np.clip(np.digitize(conf, edges[1:-1], right=True), 0, bins - 1)
+    rows, ece = [], 0.0
+    for b in range(bins):
+        in_bin = which == b
+        if not in_bin.any():
+            continue
+        c, a, share = float(conf[in_bin].mean()), float(correct[in_bin].mean()), float(in_bin.mean())
+        ece += share * abs(c - a)
+        rows.append({"lo": float(edges[b]), "hi": float(edges[b + 1]), "n": int(in_bin.sum()), "confidence": c, "accuracy": a})
+    return {"ece": float(ece), "bins": rows, "n": int(len(y))}

@@ -1,0 +1,96 @@
+"""Temperature scaling: the fit, the ECE, the scorer.json field every scorer applies, and `r3edge calibrate`."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shutil
+
+import numpy as np
+import pytest
+
+
+def _overconfident(n: int = 4000, true_t: float = 3.0, seed: int = 0):
+    """Gold labels drawn from softmax(z); the model reports z * true_t (too sharp by that factor)."""
+    rng = np.random.default_rng(seed)
+    z = rng.normal(0, 1.2, size=(n, 3))
+    p = np.exp(z) / np.exp(z).sum(1, keepdims=True)
+    gold = np.array([rng.choice(3, p=row) for row in p])
+    return z * true_t, gold
+
+
+def test_fit_temperature_recovers_the_sharpening_and_lowers_ece():
+    from r3edge.core.calibration import fit_temperature, reliability
+    from r3edge.core.scoring import softmax
+
+    logits, gold = _overconfident()
+    t = fit_temperature(logits, gold)
+    assert t == pytest.approx(3.0, rel=0.1)
+    before = reliability(softmax(logits), gold)
+    after = reliability(softmax(logits / t), gold)
+    assert before["ece"] > 0.1 and after["ece"] < 0.03 and after["ece"] < before["ece"] / 4
+    assert sum(b["n"] for b in after["bins"]) == len(gold)
+    # an already calibrated model keeps T near 1
+    assert fit_temperature(logits / 3.0, gold) == pytest.approx(1.0, rel=0.1)
+
+
+def test_reliability_bins_hold_what_they_say():
+    from r3edge.core.calibration import reliability
+
+    probs = np.array([[0.9, 0.05, 0.05], [0.9, 0.05, 0.05], [0.2, 0.7, 0.1], [0.2, 0.7, 0.1]])
+    rel = reliability(probs, np.array([0, 1, 1, 1]))
+    by_conf = {round(b["confidence"], 2): b for b in rel["bins"]}
+    assert by_conf[0.9]["accuracy"] == 0.5 and by_conf[0.7]["accuracy"] == 1.0
+    assert rel["ece"] == pytest.approx(0.5 * 0.4 + 0.5 * 0.3)
+
+
+def test_temperature_lives_in_the_scorer_spec_and_changes_no_input(tiny_artifact):
+    from r3edge.core.errors import InvalidInput
+    from r3edge.core.scoring import Scorer, ScorerSpec
+
+    scorer = Scorer.load(tiny_artifact)
+    hot = Scorer(dataclasses.replace(scorer.spec, temperature=2.0), scorer.tokenizer)
+    logits = np.array([[2.0, 0.0, -1.0], [0.0, 1.0, 0.5]])
+    p1, s1 = scorer.relevance(logits)
+    p2, s2 = hot.relevance(logits)
+    assert np.allclose(p2, scorer.probabilities(logits / 2.0)) and not np.allclose(p1, p2)
+    assert (np.argsort(s1) == np.argsort(s2)).all() and (p1.argmax(1) == p2.argmax(1)).all()
+    assert hot.spec.fingerprint() == scorer.spec.fingerprint()  # an artifact can be calibrated after export
+    assert ScorerSpec.from_json(hot.spec.to_json()).temperature == 2.0
+    legacy = scorer.spec.to_json()
+    del legacy["temperature"]  # scorer.json files written before the field
+    assert ScorerSpec.from_json(legacy).temperature == 1.0
+    with pytest.raises(InvalidInput, match="temperature"):
+        dataclasses.replace(scorer.spec, temperature=0.0)
+
+
+@pytest.mark.slow
+def test_calibrate_cli_writes_the_temperature_the_runtime_then_applies(tiny_artifact, tmp_path, capsys):
+    from test_train import write_labels
+
+    from r3edge.cli import main
+    from r3edge.core.scoring import Scorer
+    from r3edge.distill.evaluate import artifact_score_fn, evaluate
+
+    art = tmp_path / "art"
+    shutil.copytree(tiny_artifact, art)
+    labels = write_labels(tmp_path / "labels")
+    assert main(["calibrate", str(labels), "--artifact", str(art), "--plot", str(tmp_path / "rel.png")]) == 0
+    out = capsys.readouterr().out
+    t = json.loads((art / "scorer.json").read_text())["temperature"]
+    assert t != 1.0 and f"temperature {t:.3f}" in out and "ECE" in out
+    assert (tmp_path / "rel.png").stat().st_size > 1000
+    assert Scorer.load(art).spec.temperature == t
+    # the artifact still loads (fingerprint unchanged) and evaluation applies the temperature
+    fn = artifact_score_fn(art)
+    try:
+        result = evaluate(labels, fn, return_logits=True)
+    finally:
+        fn.close()
+    assert result["temperature"] == t
+    logits, gold = result["_logits"], result["_gold"]
+    z = logits / t
+    p = np.exp(z - z.max(1, keepdims=True))
+    p /= p.sum(1, keepdims=True)
+    from r3edge.core.calibration import reliability
+    assert result["student_vs_gold"]["ece"] == pytest.approx(reliability(p, gold)["ece"])
