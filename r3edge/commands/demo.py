@@ -138,7 +138,8 @@ def run(args) -> int:
 
 
 def _notes(teacher: Path, labels_train: Path, student: Path, args, on_train: dict | None) -> list[str]:
-    """Where the teacher's quality comes from and what the student learned from, read from the run's own reports."""
+    """Where the teacher's quality comes from and what the student learned from, read from the run's own
+    reports: every statement here is computed by this run (prose measured once belongs in the README)."""
     import json
 
     from r3edge.core.labels import read_manifest
@@ -150,15 +151,13 @@ def _notes(teacher: Path, labels_train: Path, student: Path, args, on_train: dic
     w = train.get("gold_weight", 0.0)
     learned = ("only the teacher's label distribution; it never saw a gold label" if not w else
                f"the teacher's label distribution (KL) mixed with cross-entropy on the same pairs' gold labels "
-               f"at weight {w:g} (`train.gold_weight`): its ranking is not the teacher's alone. On the teacher "
-               "alone this student does not reliably beat the first-stage order here (measured across seeds in "
-               "configs/student/minilm-demo.yaml)")
+               f"at weight {w:g} (`train.gold_weight`): its ranking is not the teacher's alone")
     return [
-        f"Where the teacher's judgement comes from: SmolLM2-135M-Instruct cold-started (`{args.sft}`) on {sft['trained']} "
-        f"verdicts templated from the gold labels of {args.sft_queries} other queries' posts (by label "
-        f"{sft['trained_by_label']}; reason `{traces.get('reason', 'fixed')}`; {sft['epochs']:g} epochs, "
-        f"{sft['wall_time_s']:.0f} s). Templated traces teach the R³A format and the gold labels, not reasoning: "
-        "zero-shot, the same model ignored the format and ranked below chance."
+        f"Where the teacher's judgement comes from: {sft['base_model']} cold-started (`{args.sft}`, judge "
+        f"`{sft['judge']}`) on {sft['trained']} verdicts templated from the gold labels of {args.sft_queries} other "
+        f"queries' posts (by label {sft['trained_by_label']}; reason `{traces.get('reason', 'fixed')}`; "
+        f"{sft['epochs']:g} epochs, {sft['wall_time_s']:.0f} s). Templated traces teach the judge's format and the "
+        "gold labels, not reasoning."
         + ("" if not on_train else
            f" On the {on_train['n']} training pairs it labelled for the student (other queries than the cold start's) its labels "
            f"score AUC 0/12 {on_train['auc_0_12']:.3f}, AUC 01/2 {on_train['auc_01_2']:.3f} and accuracy "
@@ -166,6 +165,6 @@ def _notes(teacher: Path, labels_train: Path, student: Path, args, on_train: dic
         f"The student learned {learned}, on {summary.get('pairs')} training pairs "
         f"(teacher labels {summary.get('labels')}, {summary.get('format_failures')} not well formed, "
         f"{summary.get('repairs')} repaired).",
-        "The teacher row is measured on the top-ranked candidates of each held-back query only (labelling all "
-        "100 is too slow on a CPU); every student row covers all 100.",
+        f"The teacher row covers the top {args.heldout_teacher_candidates} candidates of each held-back query "
+        f"(`--heldout-teacher-candidates`); every student row covers all of them.",
     ]
