@@ -149,7 +149,8 @@ def _gold_native(cfg: TeacherConfig, judge) -> dict[int, int]:
     return inverse
 
 
-def gold_traces(cfg: TeacherConfig, judge, queries: list[QueryCandidates], reason: str = "fixed") -> Traces:
+def gold_traces(cfg: TeacherConfig, judge, queries: list[QueryCandidates],
+                reason: str = TraceParams.model_fields["reason"].default) -> Traces:
     """Source (b): templated traces whose score is each pair's gold label (see the module docstring);
     ``reason`` is TraceParams.reason."""
     native_of = _gold_native(cfg, judge)
@@ -201,7 +202,8 @@ def _keep(judge, reply: str, pair, out: Traces) -> bool:
 
 
 def label_traces(cfg: TeacherConfig, judge, queries: list[QueryCandidates], pairs_path: str | Path,
-                 labels_dirs: Sequence[str | Path], *, retro_filter: bool = False) -> Traces:
+                 labels_dirs: Sequence[str | Path], *,
+                 retro_filter: bool = TraceParams.model_fields["retro_filter"].default) -> Traces:
     """Source (a): the replies a stronger judge wrote into ``labels_dirs`` (``r3edge label`` output).
 
     Each directory must have been labelled by this judge with these prompts from ``pairs_path``
