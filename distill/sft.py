@@ -42,6 +42,7 @@ import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -49,7 +50,7 @@ import torch.nn.functional as F
 from datasets import Dataset
 from transformers import Trainer, set_seed
 
-from r3edge.core.config import ModelSpec, SFTConfig, TeacherConfig, load_yaml
+from r3edge.core.config import ModelSpec, SFTConfig, SFTParams, TeacherConfig, load_yaml
 from r3edge.core.errors import InvalidInput
 from r3edge.core.pairs import read_queries
 from r3edge.core.sequences import common_prefix_length
@@ -312,67 +313,163 @@ def teacher_sft(config: str | Path | SFTConfig, out_dir: str | Path, *, gold: st
 
     tp = cfg.train
     set_seed(tp.seed)
-    tokenizer = load_tokenizer(spec.tokenizer_ref)
-    if not getattr(tokenizer, "chat_template", None):
-        raise InvalidInput(f"tokenizer {spec.tokenizer_ref!r} has no chat template", "fine-tune an instruct model's tokenizer")
-    lm = load_model(spec.model_copy(update={"dtype": "float32"}))  # fp32 master weights; bf16 only as autocast
-    stops = stop_token_ids(tokenizer, lm)
-    examples: list[tuple[list[int], list[int]]] = []
-    keys: list[tuple[str, int]] = []  # (query, round): the examples that share a prefix
-    by_label: Counter = Counter()  # final-reply examples per student label
-    too_long: Counter = Counter()
-    over_budget: Counter = Counter()
-    n_first = 0  # examples of an earlier round (R³A's intent), one per query
-    for t, flags in zip(chosen, trained_replies(chosen)):
-        rounds = [k for k, f in enumerate(flags) if f]
-        replies = [m["content"] for m in t.messages if m["role"] == "assistant"]
-        for (ids, labels), k in zip(reply_examples(tokenizer, t.messages, judge.reply_prefix, flags, stops), rounds):
-            final = k == len(flags) - 1
-            kind = "final reply" if final else "earlier round"
-            if len(ids) > tp.max_length:
-                too_long[kind] += 1
-                continue
-            if _generated_tokens(tokenizer, judge, replies[k], final) > (
-                    teacher.generation.assess_max_new_tokens if final else teacher.generation.intent_max_new_tokens):
-                over_budget[kind] += 1
-            examples.append((ids, labels))
-            keys.append((t.qid, k))
-            if final:
-                by_label[t.label] += 1
-            else:
-                n_first += 1
-    if too_long:
-        log(f"sft: examples longer than max_length {tp.max_length} tokens dropped (prompts are never cut): {dict(too_long)}")
-    if over_budget:
-        log(f"sft: warning: replies longer than teacher config {teacher.name!r} lets labelling generate "
-            f"(generation.intent_max_new_tokens / assess_max_new_tokens): {dict(over_budget)}; labelling will cut them "
-            "(repaired, format_ok false)")
-    if not by_label:
-        raise InvalidInput(f"every trace is longer than max_length {tp.max_length} tokens",
-                          "raise train.max_length, or lower the teacher config's max_doc_chars / n_aux")
-    n_tokens = sum(len(ids) for ids, _ in examples)
-    n_target = sum(sum(1 for x in lab if x != IGNORE) for _, lab in examples)
-    chunks = shared_prefix_chunks(examples, keys, tp.batch_size)
+    tokenizer, lm = _load_base(spec)
+    made = training_examples(chosen, tokenizer, judge, teacher, tp.max_length, stop_token_ids(tokenizer, lm), log)
+    chunks = shared_prefix_chunks(made.examples, made.keys, tp.batch_size)
     n_computed = sum(c["length"] for c in chunks)
-    log(f"sft: training on {len(examples)} examples ({sum(by_label.values())} verdicts, {n_first} earlier-round replies; "
-        f"{n_tokens} tokens, {n_target} with loss; {n_computed} computed with shared prefixes, "
-        f"{len(chunks)} steps per epoch), verdict labels {dict(sorted(by_label.items()))}; "
+    log(f"sft: training on {len(made.examples)} examples ({sum(made.by_label.values())} verdicts, "
+        f"{made.n_first} earlier-round replies; {made.n_tokens} tokens, {made.n_target} with loss; {n_computed} computed "
+        f"with shared prefixes, {len(chunks)} steps per epoch), verdict labels {dict(sorted(made.by_label.items()))}; "
         f"base {spec.pretrained or 'random init'}, judge {judge.name}, "
         f"{'LoRA r=' + str(cfg.lora.r) if cfg.lora else 'full fine-tuning'}"
         f"{f' of the top {tp.trainable_layers} layers' if tp.trainable_layers else ''}")
 
-    model = lm
-    top = trainable_layer_ids(lm, tp.trainable_layers)
+    model = _trainable_model(lm, cfg)
+    n_trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    bf16 = _use_bf16(tp.bf16)
+    fit = _fit(model, tokenizer, chunks, tp, bf16=bf16, epochs=epochs, max_steps=max_steps)
+    if cfg.lora is not None:
+        lm = model.merge_and_unload()
+    lm.eval()
+
+    report = {
+        "config": cfg.model_dump(mode="json"),
+        "teacher_config": teacher.name,
+        "judge": judge.name,
+        "prompt_hash": judge.prompt_hash,
+        "base_model": spec.pretrained or f"random-init:{(spec.architecture or {}).get('model_type', '?')}:seed{spec.seed}",
+        "source": source,
+        "selection": selection,
+        "dropped_too_long": dict(made.too_long),
+        "over_generation_budget": dict(made.over_budget),
+        "examples": len(made.examples),
+        "trained": sum(made.by_label.values()),
+        "trained_by_label": {str(k): v for k, v in sorted(made.by_label.items())},
+        "earlier_round_examples": made.n_first,
+        "tokens": made.n_tokens,
+        "tokens_computed": n_computed,
+        "tokens_with_loss": made.n_target,
+        "max_length": tp.max_length,
+        "lora": cfg.lora.model_dump() if cfg.lora else None,
+        "trainable_layers": tp.trainable_layers,
+        "trainable_parameters": n_trainable,
+        "bf16": bf16,
+        "device": "cuda" if torch.cuda.is_available() else f"cpu ({torch.get_num_threads()} threads)",
+        "epochs": fit.epochs,
+        "steps": fit.steps,
+        "loss_first": fit.losses[0][1] if fit.losses else None,
+        "loss_last": fit.losses[-1][1] if fit.losses else None,
+        "loss_log": fit.losses,
+        "train_loss_mean": fit.train_loss_mean,
+        "wall_time_s": round(fit.wall, 2),
+        "seconds_per_step": round(fit.wall / max(1, fit.steps), 3),
+        "tokens_per_s": round(fit.tokens_seen / max(fit.wall, 1e-9), 1),
+        "versions": {"torch": torch.__version__, "python": platform.python_version()},
+    }
+    out = _save(lm, tokenizer, spec, out_dir, report)
+    log(f"sft: {report['examples']} examples, {fit.steps} steps in {fit.wall:.1f} s ({report['seconds_per_step']} s/step, "
+        f"{report['tokens_per_s']:.0f} tok/s); loss {_fmt(report['loss_first'])} -> {_fmt(report['loss_last'])}; saved {out}")
+    return out
+
+
+def _load_base(spec: ModelSpec) -> tuple:
+    """``(tokenizer, model)`` of the base: a tokenizer without a chat template is refused, and the
+    weights are fp32 (master weights; bf16 only as autocast)."""
+    tokenizer = load_tokenizer(spec.tokenizer_ref)
+    if not getattr(tokenizer, "chat_template", None):
+        raise InvalidInput(f"tokenizer {spec.tokenizer_ref!r} has no chat template", "fine-tune an instruct model's tokenizer")
+    return tokenizer, load_model(spec.model_copy(update={"dtype": "float32"}))
+
+
+@dataclass
+class TrainingExamples:
+    """The training examples of a set of traces, with what was dropped or warned about on the way."""
+
+    examples: list[tuple[list[int], list[int]]] = field(default_factory=list)
+    keys: list[tuple[str, int]] = field(default_factory=list)  # (query, round): the examples that share a prefix
+    by_label: Counter = field(default_factory=Counter)  # final-reply examples per student label
+    too_long: Counter = field(default_factory=Counter)
+    over_budget: Counter = field(default_factory=Counter)
+    n_first: int = 0  # examples of an earlier round (R³A's intent), one per query
+
+    @property
+    def n_tokens(self) -> int:
+        return sum(len(ids) for ids, _ in self.examples)
+
+    @property
+    def n_target(self) -> int:
+        """Tokens that carry the loss."""
+        return sum(sum(1 for x in lab if x != IGNORE) for _, lab in self.examples)
+
+
+def training_examples(traces: Sequence[Trace], tokenizer, judge, teacher: TeacherConfig, max_length: int,
+                      stop_ids: set[int], log: Callable[..., None]) -> TrainingExamples:
+    """The examples of :func:`reply_examples` for every trained reply (:func:`trained_replies`).
+
+    One longer than ``max_length`` is dropped and counted; a reply longer than the teacher config lets
+    labelling generate is kept and warned about (labelling would cut it); no verdict left is an error.
+    """
+    made = TrainingExamples()
+    for t, flags in zip(traces, trained_replies(traces)):
+        rounds = [k for k, f in enumerate(flags) if f]
+        replies = [m["content"] for m in t.messages if m["role"] == "assistant"]
+        for (ids, labels), k in zip(reply_examples(tokenizer, t.messages, judge.reply_prefix, flags, stop_ids), rounds):
+            final = k == len(flags) - 1
+            kind = "final reply" if final else "earlier round"
+            if len(ids) > max_length:
+                made.too_long[kind] += 1
+                continue
+            if _generated_tokens(tokenizer, judge, replies[k], final) > (
+                    teacher.generation.assess_max_new_tokens if final else teacher.generation.intent_max_new_tokens):
+                made.over_budget[kind] += 1
+            made.examples.append((ids, labels))
+            made.keys.append((t.qid, k))
+            if final:
+                made.by_label[t.label] += 1
+            else:
+                made.n_first += 1
+    if made.too_long:
+        log(f"sft: examples longer than max_length {max_length} tokens dropped (prompts are never cut): {dict(made.too_long)}")
+    if made.over_budget:
+        log(f"sft: warning: replies longer than teacher config {teacher.name!r} lets labelling generate "
+            f"(generation.intent_max_new_tokens / assess_max_new_tokens): {dict(made.over_budget)}; labelling will cut them "
+            "(repaired, format_ok false)")
+    if not made.by_label:
+        raise InvalidInput(f"every trace is longer than max_length {max_length} tokens",
+                          "raise train.max_length, or lower the teacher config's max_doc_chars / n_aux")
+    return made
+
+
+def _trainable_model(lm, cfg: SFTConfig):
+    """What the optimiser sees: ``lm`` with LoRA adapters (on the top layers where ``train.trainable_layers``
+    is set), or ``lm`` itself with everything below its top layers frozen."""
+    top = trainable_layer_ids(lm, cfg.train.trainable_layers)
     if cfg.lora is not None:
         from peft import LoraConfig, get_peft_model
 
-        model = get_peft_model(lm, LoraConfig(r=cfg.lora.r, lora_alpha=cfg.lora.alpha, lora_dropout=cfg.lora.dropout,
-                                              target_modules=list(cfg.lora.target_modules), task_type="CAUSAL_LM",
-                                              layers_to_transform=top))
-    elif top is not None:
+        return get_peft_model(lm, LoraConfig(r=cfg.lora.r, lora_alpha=cfg.lora.alpha, lora_dropout=cfg.lora.dropout,
+                                             target_modules=list(cfg.lora.target_modules), task_type="CAUSAL_LM",
+                                             layers_to_transform=top))
+    if top is not None:
         freeze_below(lm, top)
-    n_trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
-    bf16 = _use_bf16(tp.bf16)
+    return lm
+
+
+@dataclass
+class _Fit:
+    """What a training run leaves for the report: the trainer's state, losses and timing."""
+
+    epochs: float
+    steps: int
+    losses: list[tuple[int, float]]
+    train_loss_mean: float
+    wall: float
+    tokens_seen: int
+
+
+def _fit(model, tokenizer, chunks: list[dict], tp: SFTParams, *, bf16: bool, epochs: float | None,
+         max_steps: int | None) -> _Fit:
+    """Train ``model`` in place, one shared-prefix chunk per step."""
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     dataset = Dataset.from_list(chunks)
     with tempfile.TemporaryDirectory(prefix="r3edge-sft-") as scratch:
@@ -387,49 +484,8 @@ def teacher_sft(config: str | Path | SFTConfig, out_dir: str | Path, *, gold: st
         result = trainer.train()
         wall = time.perf_counter() - t0
         losses = [(h["step"], h["loss"]) for h in trainer.state.log_history if "loss" in h]
-    if cfg.lora is not None:
-        lm = model.merge_and_unload()
-    lm.eval()
-
-    steps = int(trainer.state.global_step)
-    report = {
-        "config": cfg.model_dump(mode="json"),
-        "teacher_config": teacher.name,
-        "judge": judge.name,
-        "prompt_hash": judge.prompt_hash,
-        "base_model": spec.pretrained or f"random-init:{(spec.architecture or {}).get('model_type', '?')}:seed{spec.seed}",
-        "source": source,
-        "selection": selection,
-        "dropped_too_long": dict(too_long),
-        "over_generation_budget": dict(over_budget),
-        "examples": len(examples),
-        "trained": sum(by_label.values()),
-        "trained_by_label": {str(k): v for k, v in sorted(by_label.items())},
-        "earlier_round_examples": n_first,
-        "tokens": n_tokens,
-        "tokens_computed": n_computed,
-        "tokens_with_loss": n_target,
-        "max_length": tp.max_length,
-        "lora": cfg.lora.model_dump() if cfg.lora else None,
-        "trainable_layers": tp.trainable_layers,
-        "trainable_parameters": n_trainable,
-        "bf16": bf16,
-        "device": "cuda" if torch.cuda.is_available() else f"cpu ({torch.get_num_threads()} threads)",
-        "epochs": float(trainer.state.epoch or 0.0),
-        "steps": steps,
-        "loss_first": losses[0][1] if losses else None,
-        "loss_last": losses[-1][1] if losses else None,
-        "loss_log": losses,
-        "train_loss_mean": float(result.training_loss),
-        "wall_time_s": round(wall, 2),
-        "seconds_per_step": round(wall / max(1, steps), 3),
-        "tokens_per_s": round(trainer.tokens_seen / max(wall, 1e-9), 1),
-        "versions": {"torch": torch.__version__, "python": platform.python_version()},
-    }
-    out = _save(lm, tokenizer, spec, out_dir, report)
-    log(f"sft: {report['examples']} examples, {steps} steps in {wall:.1f} s ({report['seconds_per_step']} s/step, "
-        f"{report['tokens_per_s']:.0f} tok/s); loss {_fmt(report['loss_first'])} -> {_fmt(report['loss_last'])}; saved {out}")
-    return out
+    return _Fit(epochs=float(trainer.state.epoch or 0.0), steps=int(trainer.state.global_step), losses=losses,
+                train_loss_mean=float(result.training_loss), wall=wall, tokens_seen=trainer.tokens_seen)
 
 
 def _save(lm, tokenizer, spec: ModelSpec, out_dir: str | Path, report: dict) -> Path:

@@ -16,6 +16,7 @@ import math
 import platform
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -24,7 +25,7 @@ import torch.nn.functional as F
 from datasets import Dataset
 from transformers import Trainer, TrainerCallback, set_seed
 
-from r3edge.core.config import StudentConfig, load_yaml
+from r3edge.core.config import StudentConfig, TrainParams, load_yaml
 from r3edge.core.errors import InvalidInput
 from r3edge.core.labels import read_labels, read_manifest
 from r3edge.core.scoring import Encoded, Scorer
@@ -55,8 +56,8 @@ class DistillCollator:
 class DistillTrainer(Trainer):
     """A Trainer whose loss is :func:`distillation_loss` with the config's temperature and gold weight."""
 
-    temperature: float = 1.0
-    gold_weight: float = 0.0
+    temperature: float = TrainParams.model_fields["temperature"].default
+    gold_weight: float = TrainParams.model_fields["gold_weight"].default
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         loss, logits = distillation_loss(model, inputs, temperature=self.temperature, gold_weight=self.gold_weight)
@@ -218,6 +219,53 @@ def train_student(
     manifest = read_manifest(labels_dir)
     if eval_labels_dir is not None:
         read_labels(eval_labels_dir, columns=["qid"])  # fail now, not after training, if the held-out set is unusable
+    table, counts = _trainable_records(table, labels_dir, drop_unformatted)
+
+    tp = config.train
+    # Before the model exists: a pretrained encoder's new label head is initialised from the global RNG.
+    set_seed(tp.seed)
+    lm, scorer = create_student(config)
+    dataset, eval_set = _datasets(table, scorer, tp, labels_dir)
+    bf16 = tp.bf16 and _bf16_supported()
+    fit = _fit(scoring_module(lm, scorer), scorer, tp, dataset, eval_set, bf16=bf16, max_steps=max_steps)
+    lm.eval()
+
+    report = {
+        "config_path": str(student_config_path),
+        "config": config.model_dump(mode="json"),
+        "labels_dir": str(labels_dir),
+        "labels": _provenance(manifest, table),
+        "n_examples": {**counts, "trained_on": len(dataset), "eval_split": len(eval_set) if eval_set is not None else 0},
+        "eval_loss_per_epoch": fit.evals,
+        "best_eval_loss": fit.best_loss,
+        "best_epoch": fit.best_epoch,
+        "drop_unformatted": drop_unformatted,
+        "docs_truncated": int(sum(1 for d in dataset["doc_tokens_dropped"] if d > 0)),
+        "epochs": fit.epochs,
+        "steps": fit.steps,
+        "batch_size": tp.batch_size,
+        "bf16": bf16,
+        "device": "cuda" if torch.cuda.is_available() else f"cpu ({torch.get_num_threads()} threads)",
+        "loss_first": fit.losses[0][1] if fit.losses else None,
+        "loss_last": fit.losses[-1][1] if fit.losses else None,
+        "loss_log": fit.losses,
+        "train_loss_mean": fit.train_loss_mean,
+        "wall_time_s": round(fit.wall, 2),
+        "seconds_per_step": round(fit.wall / max(1, fit.steps), 3),
+        "scorer_fingerprint": scorer.spec.fingerprint(),
+        "versions": {"torch": torch.__version__, "python": platform.python_version()},
+    }
+    out = _save_and_evaluate(lm, scorer, out_dir, report, eval_labels_dir)
+    print(
+        f"trained {len(dataset)} pairs, {report['steps']} steps in {fit.wall:.1f} s "
+        f"({report['seconds_per_step']} s/step); loss {_fmt(report['loss_first'])} -> {_fmt(report['loss_last'])}; "
+        f"saved {out}"
+    )
+    return out
+
+
+def _trainable_records(table, labels_dir: Path, drop_unformatted: bool) -> tuple:
+    """The records to train on and the report's counts of them; none left is an error that says why."""
     n_total = table.num_rows
     format_ok = np.asarray([bool(v) for v in table.column("format_ok").to_pylist()])
     n_ok = int(format_ok.sum())
@@ -236,24 +284,40 @@ def train_student(
             f"drop_unformatted={drop_unformatted})",
             "label more pairs, or train without --drop-unformatted",
         )
+    return table, {"total": n_total, "format_ok": n_ok, "no_teacher_distribution": n_no_label}
 
-    tp = config.train
-    # Before the model exists: a pretrained encoder's new label head is initialised from the global RNG.
-    set_seed(tp.seed)
-    lm, scorer = create_student(config)
+
+def _datasets(table, scorer: Scorer, tp: TrainParams, labels_dir: Path) -> tuple[Dataset, Dataset | None]:
+    """``(train, held-out)`` datasets from the records; the held-out one is None without ``eval_fraction``."""
     targets = teacher_targets(table, scorer.spec.n_labels, labels_dir)
     gold = gold_targets(table, scorer.spec.n_labels, labels_dir) if tp.gold_weight > 0 else None
     if gold is not None and all(g is None for g in gold):
         raise InvalidInput(f"train.gold_weight is {tp.gold_weight} but no record of {labels_dir} has a gold label",
                           "label a pairs file with gold labels, or set train.gold_weight: 0")
     dataset = build_dataset(scorer, table.column("query").to_pylist(), table.column("text").to_pylist(), targets, gold)
-    eval_set = None
     if tp.eval_fraction > 0:
         train_idx, eval_idx = split_by_query(table.column("qid").to_pylist(), tp.eval_fraction, tp.seed)
-        dataset, eval_set = dataset.select(train_idx), dataset.select(eval_idx)
+        return dataset.select(train_idx), dataset.select(eval_idx)
+    return dataset, None
 
-    bf16 = tp.bf16 and _bf16_supported()
-    model = scoring_module(lm, scorer)
+
+@dataclass
+class _Fit:
+    """What a training run leaves for the report: the trainer's state, losses and timing."""
+
+    epochs: float
+    steps: int
+    losses: list[tuple[int, float]]
+    evals: list[tuple[float, float]]
+    train_loss_mean: float
+    wall: float
+    best_loss: float | None
+    best_epoch: float | None
+
+
+def _fit(model: torch.nn.Module, scorer: Scorer, tp: TrainParams, dataset: Dataset, eval_set: Dataset | None, *,
+         bf16: bool, max_steps: int | None) -> _Fit:
+    """Train ``model`` in place; with a held-out set, end on the weights of its best epoch."""
     with tempfile.TemporaryDirectory(prefix="r3edge-train-") as scratch:
         extra = {}
         callbacks = [ProgressCallback("train")]
@@ -272,34 +336,12 @@ def train_student(
         losses = [(h["step"], h["loss"]) for h in trainer.state.log_history if "loss" in h]
         evals = [(h["epoch"], h["eval_loss"]) for h in trainer.state.log_history if "eval_loss" in h]
     best.restore()
-    lm.eval()
+    return _Fit(epochs=float(trainer.state.epoch or 0.0), steps=int(trainer.state.global_step), losses=losses, evals=evals,
+                train_loss_mean=float(result.training_loss), wall=wall, best_loss=best.loss, best_epoch=best.epoch)
 
-    report = {
-        "config_path": str(student_config_path),
-        "config": config.model_dump(mode="json"),
-        "labels_dir": str(labels_dir),
-        "labels": _provenance(manifest, table),
-        "n_examples": {"total": n_total, "format_ok": n_ok, "no_teacher_distribution": n_no_label,
-                       "trained_on": len(dataset), "eval_split": len(eval_set) if eval_set is not None else 0},
-        "eval_loss_per_epoch": evals,
-        "best_eval_loss": best.loss,
-        "best_epoch": best.epoch,
-        "drop_unformatted": drop_unformatted,
-        "docs_truncated": int(sum(1 for d in dataset["doc_tokens_dropped"] if d > 0)),
-        "epochs": float(trainer.state.epoch or 0.0),
-        "steps": int(trainer.state.global_step),
-        "batch_size": tp.batch_size,
-        "bf16": bf16,
-        "device": "cuda" if torch.cuda.is_available() else f"cpu ({torch.get_num_threads()} threads)",
-        "loss_first": losses[0][1] if losses else None,
-        "loss_last": losses[-1][1] if losses else None,
-        "loss_log": losses,
-        "train_loss_mean": float(result.training_loss),
-        "wall_time_s": round(wall, 2),
-        "seconds_per_step": round(wall / max(1, trainer.state.global_step), 3),
-        "scorer_fingerprint": scorer.spec.fingerprint(),
-        "versions": {"torch": torch.__version__, "python": platform.python_version()},
-    }
+
+def _save_and_evaluate(lm, scorer: Scorer, out_dir: str | Path, report: dict, eval_labels_dir: str | Path | None) -> Path:
+    """Save the student with its report, then add the held-out evaluation to the report (``report["eval"]``)."""
     # Save first: a failing evaluation must never throw the trained weights away.
     out = save_student(lm, scorer, out_dir, extra_files={REPORT_FILE: _report_json(report)})
     if eval_labels_dir is not None:
@@ -308,11 +350,6 @@ def train_student(
 
         report["eval"] = evaluate(eval_labels_dir, lm_score_fn(lm, scorer), scorer=scorer)
         (out / REPORT_FILE).write_text(_report_json(report))
-    print(
-        f"trained {len(dataset)} pairs, {report['steps']} steps in {wall:.1f} s "
-        f"({report['seconds_per_step']} s/step); loss {_fmt(report['loss_first'])} -> {_fmt(report['loss_last'])}; "
-        f"saved {out}"
-    )
     return out
 
 

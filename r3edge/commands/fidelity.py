@@ -60,8 +60,7 @@ def _step(title: str) -> None:
 
 def run(args) -> int:
     from r3edge.core.errors import InvalidInput
-    from r3edge.core.pairs import read_queries, write_queries
-    from r3edge.distill.datasets import sample_queries, semeval_queries
+    from r3edge.core.labels import read_manifest
 
     if args.vllm and args.base_url:
         raise InvalidInput("--vllm and --base-url both given", "start a server with --vllm, or use a running one with --base-url")
@@ -72,6 +71,39 @@ def run(args) -> int:
 
     _step("1/5 data: SemEval-2016 CQA")
     sft_gold, train_pairs, dev_pairs = data / "sft-gold.jsonl", data / "train.jsonl", data / "dev.jsonl"
+    dev = _data(args, sft_gold, train_pairs, dev_pairs)
+
+    _step("2/5 teacher: cold start on gold-built traces")
+    sft, teacher_dir = _teacher(args, out, sft_gold)
+    if args.until == "teacher":
+        return 0
+
+    _step("3/5 label: the teacher on C train and C dev")
+    labels = _label(args, out, sft.teacher, teacher_dir, (("dev", dev_pairs), ("train", train_pairs)))
+    dev_manifest = read_manifest(labels["dev"])
+    if args.until == "label":
+        return 0
+
+    _step("4/5 students: distil, export, serve")
+    names = [s for s in args.students.split(",") if s]
+    bench = _students(args, out, names, labels, train_pairs, dev)
+
+    _step("5/5 report")
+    results = _results(args, dev, bench, names, dev_manifest, teacher_dir, time.time() - t_start)
+    from r3edge.benchmarks.fidelity import write_fidelity_report
+
+    paths = write_fidelity_report(results, args.results, _command(args))
+    for k, p in paths.items():
+        print(f"{k}: {p}")
+    return 0
+
+
+def _data(args, sft_gold: Path, train_pairs: Path, dev_pairs: Path) -> list:
+    """Write the three pairs files from SemEval (seeded samples; kept once the dev file exists) and
+    return the dev questions."""
+    from r3edge.core.pairs import read_queries, write_queries
+    from r3edge.distill.datasets import sample_queries, semeval_queries
+
     if not dev_pairs.is_file():
         c_train = semeval_queries(args.data, "C", "train")
         half = args.sft_queries // 2
@@ -82,8 +114,11 @@ def run(args) -> int:
     dev = read_queries(dev_pairs)
     print(f"{sft_gold}: cold-start pool; {train_pairs}: {len(read_queries(train_pairs))} questions; "
           f"{dev_pairs}: {len(dev)} questions")
+    return dev
 
-    _step("2/5 teacher: cold start on gold-built traces")
+
+def _teacher(args, out: Path, sft_gold: Path):
+    """The SFT config and the cold-started teacher's directory, trained unless it is already there."""
     from r3edge.distill.sft import load_sft_config, teacher_sft
 
     sft = load_sft_config(args.sft_config)
@@ -92,14 +127,15 @@ def run(args) -> int:
         teacher_sft(sft, teacher_dir, gold=sft_gold, max_examples=args.sft_examples)
     else:
         print(f"{teacher_dir} is complete; skipping")
-    if args.until == "teacher":
-        return 0
+    return sft, teacher_dir
 
-    _step("3/5 label: the teacher on C train and C dev")
+
+def _label(args, out: Path, teacher_config: str, teacher_dir: Path, splits) -> dict[str, Path]:
+    """Each split's labels directory, labelled by the teacher where not already complete (through a vLLM
+    server started from ``--vllm``, the server at ``--base-url``, or in-process)."""
     from r3edge.core.labels import read_manifest
     from r3edge.distill.teacher import file_sha256, label_pairs
 
-    splits = (("dev", dev_pairs), ("train", train_pairs))
     labels = {split: out / "labels" / split for split, _ in splits}
 
     def complete(split: str, pairs: Path) -> bool:
@@ -128,19 +164,19 @@ def run(args) -> int:
             backend = "openai" if url else None
             bs = args.label_batch_size
             for split, pairs in todo:
-                label_pairs(pairs, sft.teacher, labels[split], teacher_model=teacher_dir, backend=backend, base_url=url,
+                label_pairs(pairs, teacher_config, labels[split], teacher_model=teacher_dir, backend=backend, base_url=url,
                             batch_size=bs, shard_size=max(64, bs or 0), stream=sys.stdout)
-    dev_manifest = read_manifest(labels["dev"])
-    if args.until == "label":
-        return 0
+    return labels
 
-    _step("4/5 students: distil, export, serve")
+
+def _students(args, out: Path, names: list[str], labels: dict[str, Path], train_pairs: Path, dev) -> dict[str, dict]:
+    """Per student config: distil it on the train labels, export it (fp32 + int8) and bench it on the
+    dev questions; a student or artifact already there is reused."""
     from r3edge.benchmarks.systems import bench_systems
     from r3edge.core.scoring import SCORER_FILE
     from r3edge.distill.train import train_student
     from r3edge.export.onnx import export_artifact
 
-    names = [s for s in args.students.split(",") if s]
     bench: dict[str, dict] = {}
     for name in names:
         student, artifact = out / "students" / name, out / "artifacts" / name
@@ -149,15 +185,7 @@ def run(args) -> int:
         if not (artifact / "manifest.json").is_file():
             export_artifact(student, artifact, variants=("fp32", "int8"), calib_pairs=train_pairs)
         bench[name] = bench_systems(dev, artifact=str(artifact), labels_dir=str(labels["dev"]), requests=args.requests)
-
-    _step("5/5 report")
-    results = _results(args, dev, bench, names, dev_manifest, teacher_dir, time.time() - t_start)
-    from r3edge.benchmarks.fidelity import write_fidelity_report
-
-    paths = write_fidelity_report(results, args.results, _command(args))
-    for k, p in paths.items():
-        print(f"{k}: {p}")
-    return 0
+    return bench
 
 
 def _results(args, dev, bench: dict, names: list[str], dev_manifest: dict, teacher_dir: Path, wall_s: float) -> dict:
