@@ -90,14 +90,66 @@ def test_wrong_model_name_and_unreachable_server_are_clear_errors(vllm_server, s
         OpenAIBackend(load_yaml(bad, TeacherConfig), base_url=f"http://127.0.0.1:{free_port()}/v1", retries=1, backoff_s=0.1)
 
 
-def test_sampling_judge_integrates_k_samples_from_vllm(vllm_server, sample_pairs_file, tmp_path):
+#: The Retro* reply form, for vLLM's structured outputs: every sampled trajectory parses, so the test
+#: sees K real samples (vLLM's text, scores and log-likelihoods) integrated, never only "no parse".
+RETRO_REPLY = (r"1\. Query analysis: [a-z]{1,6}\n2\. Document analysis: [a-z]{1,6}\n"
+               r"3\. Relevance annotation: [a-z]{1,6}</think><score>(100|[1-9]?[0-9])</score>")
+
+
+def test_sampling_judge_integrates_k_samples_from_vllm(vllm_server, sample_pairs_file, tmp_path, monkeypatch):
+    """Retro* with samples: 3 and likelihood integration: each label is the K vLLM samples' bands,
+    weighted by exp(log-likelihood), and its native score their weighted mean."""
+    import bisect
+    import math
+    import re
+
+    from r3edge.distill.backends.openai_backend import OpenAIBackend
+    from r3edge.distill.judges.retro import closest_sample
     from r3edge.distill.teacher import label_pairs
 
-    cfg = _teacher_yaml(tmp_path, "retro", "bands: [40, 80]\nsamples: 3\nintegration: likelihood\n")
+    k, bands, max_doc_chars = 3, [40.0, 80.0], 400
+    drawn: list[tuple[str, int, list]] = []  # (user message, k asked, the Generations vLLM returned)
+    sample, chat = OpenAIBackend.sample, OpenAIBackend._chat
+
+    def recording_sample(self, convs, max_new_tokens, stop, k, temperature):
+        out = sample(self, convs, max_new_tokens, stop, k, temperature)
+        drawn.extend((messages[-1]["content"], k, gens) for (messages, _), gens in zip(convs, out))
+        return out
+
+    def constrained_chat(self, conv, **kw):
+        if "n" in kw:  # the sampling request
+            kw["structured_outputs"] = {"regex": RETRO_REPLY}
+        return chat(self, conv, **kw)
+
+    monkeypatch.setattr(OpenAIBackend, "sample", recording_sample)
+    monkeypatch.setattr(OpenAIBackend, "_chat", constrained_chat)
+    cfg = tmp_path / "retro.yaml"
+    cfg.write_text(open(_teacher_yaml(tmp_path, "retro", f"bands: {bands}\nsamples: {k}\nintegration: likelihood\n"))
+                   .read().replace("assess_max_new_tokens: 24", "assess_max_new_tokens: 96"))
     out = label_pairs(sample_pairs_file, cfg, tmp_path / "retro", base_url=vllm_server, limit=3)
     rows = read_labels(out).to_pylist()
-    assert len(rows) == 3
-    for r in rows:  # a distribution from parsed samples, or none at all -- never a made-up one
-        assert r["probs"] is None or abs(sum(r["probs"]) - 1) < 1e-6
-        assert r["completion_tokens"] > 0
+    assert len(rows) == 3 and len(drawn) == 3, "one sampling call per pair"
+    differs = 0
+    for r in rows:
+        (gens,) = [g for user, asked, g in drawn if asked == k and r["text"][:max_doc_chars] in user]
+        assert len(gens) == k, f"{len(gens)} samples drawn, not K={k}"
+        assert all(g.logprob is not None and math.isfinite(g.logprob) and g.logprob < 0 for g in gens)
+        found = [re.search(r"<score>(\d+)</score>", g.text) for g in gens]
+        scores = [int(m.group(1)) if m else None for m in found]
+        used = [i for i, s in enumerate(scores) if s is not None]
+        assert used, f"no sample of {r['docid']} parsed: {[g.text for g in gens]}"
+        top = max(gens[i].logprob for i in used)
+        w = {i: math.exp(gens[i].logprob - top) for i in used}
+        native = sum(w[i] * scores[i] for i in used) / sum(w.values())
+        hist = [0.0] * (len(bands) + 1)
+        for i in used:
+            hist[bisect.bisect_right(bands, scores[i])] += w[i] / sum(w.values())
+        assert r["native_score"] == pytest.approx(native, rel=1e-9), (scores, [g.logprob for g in gens])
+        assert r["probs"] == pytest.approx(hist, abs=1e-9), (scores, [g.logprob for g in gens])
+        assert r["score"] == max(range(len(hist)), key=hist.__getitem__)
+        assert r["format_ok"] == (len(used) == k)
+        assert r["completion_tokens"] == sum(g.completion_tokens for g in gens) > 0
+        assert r["raw_assessment"] == "<think>" + gens[closest_sample(scores, native)].text
+        differs += abs(native - sum(scores[i] for i in used) / len(used)) > 1e-6
+    assert differs, "the samples' log-likelihoods weighted no label differently from a plain mean, so nothing was tested"
     assert json.dumps(read_manifest(out)["mapping"]["bands"]) == "[40.0, 80.0]"
