@@ -46,12 +46,20 @@ def first_stage_lines(results: dict) -> list[str]:
         return []
     lines = ["", f"**First-stage order** (the ranks the candidates came with, which the reranker reorders): "
                  f"nDCG@10 {order:.3f} on the same {results['settings']['n_queries']} queries."]
+    base = (results.get("baselines") or {}).get("base_cosine")
+    if base and base.get("ndcg@10") is not None:
+        lines.append(f"**The student's base encoder by cosine** ({base['system']}: its own pretrained weights, "
+                     f"no training): nDCG@10 {base['ndcg@10']:.3f} on the same queries.")
     for r in results["systems"]:
         got = r.get("accuracy", {}).get("vs_gold", {}).get("ndcg@10")
         if r.get("kind") == "student" and got is not None:
             verdict = "above" if got > order else "not above"
-            lines.append(f"- {r['system']} {r.get('variant') or ''}: nDCG@10 {got:.3f}, {verdict} the first-stage order "
-                         f"({got - order:+.3f}).")
+            line = (f"- {r['system']} {r.get('variant') or ''}: nDCG@10 {got:.3f}, {verdict} the first-stage order "
+                    f"({got - order:+.3f})")
+            if base and base.get("ndcg@10") is not None:
+                line += (f", {'above' if got > base['ndcg@10'] else 'not above'} its base encoder "
+                         f"({got - base['ndcg@10']:+.3f})")
+            lines.append(line + ".")
     return lines
 
 

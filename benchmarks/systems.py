@@ -18,7 +18,7 @@ import numpy as np
 from r3edge.benchmarks.load import collect_probs, percentiles, run_load
 from r3edge.core.errors import InvalidInput
 from r3edge.core.pairs import QueryCandidates
-from r3edge.core.scoring import SPEC_DEFAULTS
+from r3edge.core.scoring import SPEC_DEFAULTS, Scoring, softmax
 
 REQUEST_SIZE = 100  # the teacher estimate is scaled to a top-100 request
 
@@ -205,6 +205,20 @@ def bench_systems(queries: Sequence[QueryCandidates], *, artifact: str | None = 
         # what the reranker must beat: the order it was handed, on the same held-back pairs
         "baselines": baselines(queries, label_values) if gold else None,
     }
+
+
+def scored_floor(queries: Sequence[QueryCandidates], scoring: Scoring, label_values: Sequence[float]) -> dict:
+    """nDCG@10 of any score function (e.g. the student's base encoder by cosine) on the gold-labelled
+    candidates, the same computation as the input order's in :func:`baselines`."""
+    from r3edge.core.metrics import ndcg_at_k
+
+    pairs = [(q.qid, q.query, c) for q in queries for c in q.candidates if c.label is not None]
+    logits = scoring([query for _, query, _ in pairs], [c.text for _, _, c in pairs])
+    probs = scoring.scorer.probabilities(logits) if scoring.scorer is not None else softmax(logits)
+    values = np.asarray(label_values, dtype=np.float64)
+    gains = values[np.asarray([c.label for _, _, c in pairs], dtype=np.int64)]
+    got = ndcg_at_k(gains, probs @ values, [qid for qid, _, _ in pairs])
+    return {"system": scoring.name, "ndcg@10": got["ndcg@10"], "ndcg_queries": got["ndcg_queries"]}
 
 
 def baselines(queries: Sequence[QueryCandidates], label_values: Sequence[float]) -> dict:

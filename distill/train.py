@@ -30,6 +30,7 @@ from r3edge.core.errors import InvalidInput
 from r3edge.core.labels import read_labels, read_manifest
 from r3edge.core.scoring import Encoded, Scorer
 from r3edge.distill.hf_trainer import ProgressCallback, training_arguments
+from r3edge.distill.losses import expected_scores, listwise_kl, margin_mse
 from r3edge.model.student import create_student, save_student, scoring_module
 
 REPORT_FILE = "train_report.json"
@@ -50,18 +51,59 @@ class DistillCollator:
             "attention_mask": torch.from_numpy(mask),
             "teacher_probs": torch.tensor([f["teacher_probs"] for f in features], dtype=torch.float32),
             "gold": torch.tensor([f.get("gold", -1) for f in features], dtype=torch.long),
+            # the row's query (rows without one are each a group of their own: no ranking term)
+            "group": torch.tensor([f.get("group", -1 - i) for i, f in enumerate(features)], dtype=torch.long),
         }
 
 
-class DistillTrainer(Trainer):
-    """A Trainer whose loss is :func:`distillation_loss` with the config's temperature and gold weight."""
+class QueryGroupSampler(torch.utils.data.Sampler):
+    """Row indices in whole-query groups, for the ranking losses (:mod:`r3edge.distill.losses`).
 
-    temperature: float = TrainParams.model_fields["temperature"].default
-    gold_weight: float = TrainParams.model_fields["gold_weight"].default
+    Every epoch (each ``__iter__``) shuffles each query's rows, cuts them into groups of at most
+    ``group_size`` and shuffles the groups, seeded by ``seed`` and the epoch. Emitted back to back,
+    so a batch of ``k · group_size`` rows holds ``k`` groups when every query has a multiple of
+    ``group_size`` rows; a shorter group shifts the ones after it, and a group a batch boundary cuts
+    still ranks within each batch.
+    """
+
+    def __init__(self, groups: list[int], group_size: int, seed: int):
+        self.group_size, self.seed, self.epoch = group_size, seed, 0
+        by_query: dict[int, list[int]] = {}
+        for i, g in enumerate(groups):
+            by_query.setdefault(g, []).append(i)
+        self.queries = [by_query[g] for g in sorted(by_query)]
+        self.n = len(groups)
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __iter__(self):
+        rng = np.random.default_rng([self.seed, self.epoch])
+        self.epoch += 1
+        chunks = []
+        for rows in self.queries:
+            rows = rng.permutation(rows).tolist()
+            chunks += [rows[i : i + self.group_size] for i in range(0, len(rows), self.group_size)]
+        for k in rng.permutation(len(chunks)):
+            yield from chunks[k]
+
+
+class DistillTrainer(Trainer):
+    """A Trainer whose loss is :func:`distillation_loss` with the config's weights (``params``), and
+    whose batches are whole-query groups when ``params.query_group_size`` is set."""
+
+    params: TrainParams = TrainParams()
+    label_values: tuple[float, ...] = ()
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-        loss, logits = distillation_loss(model, inputs, temperature=self.temperature, gold_weight=self.gold_weight)
+        loss, logits = distillation_loss(model, inputs, **_loss_settings(self.params, self.label_values))
         return (loss, logits) if return_outputs else loss
+
+    def _get_train_sampler(self, train_dataset=None):
+        dataset = train_dataset if train_dataset is not None else self.train_dataset
+        if self.params.query_group_size is None or "group" not in dataset.column_names:
+            return super()._get_train_sampler(train_dataset)
+        return QueryGroupSampler(dataset["group"], self.params.query_group_size, self.params.seed)
 
 
 class BestEpoch(TrainerCallback):
@@ -93,27 +135,100 @@ class BestEpoch(TrainerCallback):
 
 
 def distillation_loss(model: torch.nn.Module, inputs: dict[str, torch.Tensor], *, temperature: float = 1.0,
-                      gold_weight: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
+                      gold_weight: float = 0.0, label_values: tuple[float, ...] = (), listwise_weight: float = 0.0,
+                      listwise_temperature: float = 1.0, margin_mse_weight: float = 0.0,
+                      ) -> tuple[torch.Tensor, torch.Tensor]:
     """``(loss, label logits)`` for a collated batch: KL(teacher ‖ softmax(label logits)), batch-mean.
 
     At temperature ``T`` both sides are tempered (teacher ``p^(1/T)`` renormalised, student
     ``logits / T``) and the KL is scaled by ``T²`` so its gradients keep their size (Hinton et al.).
-    With ``gold_weight`` w > 0 the loss is ``(1 - w)·KL + w·CE(logits, gold)``, the CE averaged over
-    the rows that have a gold label (``gold`` ≥ 0). ``model`` is a scoring module; the loss sees only
-    its ``[batch, n_labels]`` output, so nothing else of an LM head receives a gradient.
+    The ranking terms are added to the KL with their weights: :func:`~r3edge.distill.losses.listwise_kl`
+    and :func:`~r3edge.distill.losses.margin_mse` on the expected scores (``label_values``) of the
+    rows that share a ``group`` (a query). With ``gold_weight`` w > 0 the loss is
+    ``(1 - w)·teacher terms + w·CE(logits, gold)``, the CE averaged over the rows that have a gold
+    label (``gold`` ≥ 0). ``model`` is a scoring module; the loss sees only its ``[batch, n_labels]``
+    output, so nothing else of an LM head receives a gradient.
     """
     logits = model(inputs["input_ids"], inputs["attention_mask"]).float()
+    return logits_loss(logits, inputs, temperature=temperature, gold_weight=gold_weight, label_values=label_values,
+                       listwise_weight=listwise_weight, listwise_temperature=listwise_temperature,
+                       margin_mse_weight=margin_mse_weight), logits
+
+
+def logits_loss(logits: torch.Tensor, inputs: dict[str, torch.Tensor], *, temperature: float = 1.0,
+                gold_weight: float = 0.0, label_values: tuple[float, ...] = (), listwise_weight: float = 0.0,
+                listwise_temperature: float = 1.0, margin_mse_weight: float = 0.0) -> torch.Tensor:
+    """:func:`distillation_loss` on label logits already computed (``inputs`` needs no ids)."""
     target = inputs["teacher_probs"]
+    if listwise_weight > 0 or margin_mse_weight > 0:
+        values = torch.tensor(label_values, dtype=torch.float32, device=logits.device)
+        student, teacher = expected_scores(F.softmax(logits, dim=-1), values), expected_scores(target, values)
+        groups = inputs["group"]
     if temperature != 1.0:
         target = target.clamp_min(1e-12) ** (1.0 / temperature)
         target = target / target.sum(-1, keepdim=True)
     loss = F.kl_div(F.log_softmax(logits / temperature, dim=-1), target, reduction="batchmean") * temperature**2
+    if listwise_weight > 0:
+        loss = loss + listwise_weight * listwise_kl(student, teacher, groups, listwise_temperature)
+    if margin_mse_weight > 0:
+        loss = loss + margin_mse_weight * margin_mse(student, teacher, groups)
     if gold_weight > 0:
         gold = inputs["gold"]
         has = gold >= 0
         ce = F.cross_entropy(logits[has], gold[has]) if bool(has.any()) else logits.sum() * 0
         loss = (1 - gold_weight) * loss + gold_weight * ce
-    return loss, logits
+    return loss
+
+
+def _loss_settings(tp: TrainParams, label_values: tuple[float, ...]) -> dict:
+    """The loss keywords of :func:`distillation_loss` from a config's ``train`` block."""
+    return dict(temperature=tp.temperature, gold_weight=tp.gold_weight, label_values=label_values,
+                listwise_weight=tp.listwise_weight, listwise_temperature=tp.listwise_temperature,
+                margin_mse_weight=tp.margin_mse_weight)
+
+
+def fit_cosine_head(graph: torch.nn.Module, collator: DistillCollator, dataset: Dataset, tp: TrainParams,
+                    label_values: tuple[float, ...]) -> dict:
+    """Fit a cosine student's label head to the teacher before the encoder trains.
+
+    The encoder is frozen and the query–document cosines of the training pairs are computed once;
+    the head's ``2 × n_labels`` numbers then minimise the training loss (:func:`logits_loss`, the
+    same weights) by L-BFGS. So the encoder's first gradients come from what the base's cosine
+    cannot already express, not from a head that has yet to learn the label scale. Returns the
+    loss before and after and the fitted head, for the report.
+    """
+    rows = [dataset[i] for i in range(len(dataset))]
+    order = sorted(range(len(rows)), key=lambda i: len(rows[i]["input_ids"]))
+    cos = torch.empty(len(rows), 1)
+    was_training = graph.training
+    graph.eval()
+    with torch.no_grad():
+        for start in range(0, len(order), 64):
+            idx = order[start : start + 64]
+            batch = collator([rows[i] for i in idx])
+            cos[idx] = graph.cosines(batch["input_ids"], batch["attention_mask"]).float()
+    graph.train(was_training)
+    everything = collator(rows)
+    inputs = {k: everything[k] for k in ("teacher_probs", "gold", "group")}
+    head = graph.student.head
+    settings = _loss_settings(tp, label_values)
+    with torch.no_grad():
+        before = float(logits_loss(head(cos), inputs, **settings))
+    opt = torch.optim.LBFGS(head.parameters(), lr=1.0, max_iter=200, line_search_fn="strong_wolfe")
+
+    def closure():
+        opt.zero_grad()
+        loss = logits_loss(head(cos), inputs, **settings)
+        loss.backward()
+        return loss
+
+    opt.step(closure)
+    with torch.no_grad():
+        after = float(logits_loss(head(cos), inputs, **settings))
+    print(f"train: cosine head fitted on {len(rows)} pairs with the encoder frozen: loss {before:.4f} -> {after:.4f}",
+          flush=True)
+    return {"pairs": len(rows), "loss_before": before, "loss_after": after,
+            "weight": head.weight.detach().squeeze(-1).tolist(), "bias": head.bias.detach().tolist()}
 
 
 def teacher_targets(table, n_labels: int, labels_dir: Path) -> np.ndarray:
@@ -137,12 +252,12 @@ def teacher_targets(table, n_labels: int, labels_dir: Path) -> np.ndarray:
 
 
 def build_dataset(scorer: Scorer, queries: list[str], documents: list[str], targets: np.ndarray,
-                  gold: list[int | None] | None = None) -> Dataset:
+                  gold: list[int | None] | None = None, groups: list[int] | None = None) -> Dataset:
     """Token ids from the scorer (the only formatter) plus the teacher targets (and gold labels, -1
-    where a pair has none), as a datasets.Dataset."""
+    where a pair has none, and each pair's query as an integer ``group`` when given), as a datasets.Dataset."""
     encoded = scorer.encode_batch(queries, documents)
     return Dataset.from_dict(
-        {
+        ({"group": list(groups)} if groups is not None else {}) | {
             "input_ids": [e.input_ids for e in encoded],
             "doc_tokens": [e.doc_tokens for e in encoded],
             "doc_tokens_dropped": [e.doc_tokens_dropped for e in encoded],
@@ -227,7 +342,12 @@ def train_student(
     lm, scorer = create_student(config)
     dataset, eval_set = _datasets(table, scorer, tp, labels_dir)
     bf16 = tp.bf16 and _bf16_supported()
-    fit = _fit(scoring_module(lm, scorer), scorer, tp, dataset, eval_set, bf16=bf16, max_steps=max_steps)
+    graph = scoring_module(lm, scorer)
+    head_fit = (fit_cosine_head(graph, DistillCollator(scorer), dataset, tp, scorer.spec.label_values)
+                if scorer.spec.head == "cosine" else None)
+    if tp.freeze_embeddings:
+        lm.get_input_embeddings().weight.requires_grad_(False)
+    fit = _fit(graph, scorer, tp, dataset, eval_set, bf16=bf16, max_steps=max_steps)
     lm.eval()
 
     report = {
@@ -236,6 +356,7 @@ def train_student(
         "labels_dir": str(labels_dir),
         "labels": _provenance(manifest, table),
         "n_examples": {**counts, "trained_on": len(dataset), "eval_split": len(eval_set) if eval_set is not None else 0},
+        **({"cosine_head_fit": head_fit} if head_fit is not None else {}),
         "eval_loss_per_epoch": fit.evals,
         "best_eval_loss": fit.best_loss,
         "best_epoch": fit.best_epoch,
@@ -294,9 +415,12 @@ def _datasets(table, scorer: Scorer, tp: TrainParams, labels_dir: Path) -> tuple
     if gold is not None and all(g is None for g in gold):
         raise InvalidInput(f"train.gold_weight is {tp.gold_weight} but no record of {labels_dir} has a gold label",
                           "label a pairs file with gold labels, or set train.gold_weight: 0")
-    dataset = build_dataset(scorer, table.column("query").to_pylist(), table.column("text").to_pylist(), targets, gold)
+    qids = table.column("qid").to_pylist()
+    index = {q: i for i, q in enumerate(dict.fromkeys(qids))}
+    dataset = build_dataset(scorer, table.column("query").to_pylist(), table.column("text").to_pylist(), targets, gold,
+                            groups=[index[q] for q in qids])
     if tp.eval_fraction > 0:
-        train_idx, eval_idx = split_by_query(table.column("qid").to_pylist(), tp.eval_fraction, tp.seed)
+        train_idx, eval_idx = split_by_query(qids, tp.eval_fraction, tp.seed)
         return dataset.select(train_idx), dataset.select(eval_idx)
     return dataset, None
 
@@ -329,7 +453,7 @@ def _fit(model: torch.nn.Module, scorer: Scorer, tp: TrainParams, dataset: Datas
         args = training_arguments(scratch, tp, bf16=bf16, max_steps=max_steps, **extra)
         trainer = DistillTrainer(model=model, args=args, train_dataset=dataset, eval_dataset=eval_set,
                                  data_collator=DistillCollator(scorer), callbacks=callbacks)
-        trainer.temperature, trainer.gold_weight = tp.temperature, tp.gold_weight
+        trainer.params, trainer.label_values = tp, scorer.spec.label_values
         t0 = time.perf_counter()
         result = trainer.train()
         wall = time.perf_counter() - t0

@@ -42,12 +42,17 @@ def test_results_have_the_issue_shape_and_the_report_files(tmp_path):
                         "vs_teacher": {"accuracy_vs_teacher": 0.9, "kl_teacher_student": 0.1, "spearman_expected_score": 0.8}}}
     teacher = {**row, "kind": "teacher", "accuracy": {"vs_gold": {**row["accuracy"]["vs_gold"], "ndcg@10": 0.5}}}
     systems = {"teacher": system_entry(teacher), "student": system_entry(row),
-               "student-int8": system_entry({**row, "variant": "int8"}), **baselines(_queries(), (0, 1, 2))}
+               "student-int8": system_entry({**row, "variant": "int8"}),
+               "base-cosine (minilm)": {"model": "package:x", "ndcg@10": 0.45, "latency_source": "not timed"},
+               **baselines(_queries(), (0, 1, 2))}
     results = {"split": "dev", "machine": {"cpu": "x", "cores_usable": 2, "ram_gib": 1, "gpus": [], "timestamp": "t"},
                "settings": {"dev_queries": 2}, "systems": systems}
     results["goals"] = goals(results, "student")
     assert results["goals"]["student_ndcg_share_of_teacher"] == pytest.approx(0.8)
     assert results["goals"]["int8_minus_fp32_accuracy_points"] == pytest.approx(0.0)
+    # the floor every student must clear: its own base encoder by cosine
+    assert results["goals"]["student_ndcg_above_base_cosine"] == [0.4, 0.45]
+    assert results["goals"]["teacher_ndcg_above_base_cosine"] == [0.5, 0.45]
     for key in ("accuracy", "macro_f1", "auc_0_12", "auc_01_2", "ndcg@10"):
         assert systems["teacher"][key] is not None and systems["student"][key] is not None
     assert systems["student"]["accuracy_vs_teacher"] == 0.9 and "accuracy_vs_teacher" not in systems["teacher"]
@@ -55,6 +60,7 @@ def test_results_have_the_issue_shape_and_the_report_files(tmp_path):
     assert json.loads(paths["results"].read_text())["systems"]["input_order"]["ndcg@10"] == pytest.approx(0.75)
     report = paths["report"].read_text()
     assert "r3edge fidelity --out x" in report and "| student |" in report and "majority (always 0)" in report
+    assert "| base-cosine (minilm) | package:x |" in report and report.count("| student |") == 1
     assert paths["plot"].stat().st_size > 1000
 
 

@@ -124,6 +124,15 @@ def run(args) -> int:
     # every variant that passed its parity checks (a rejected int8 is recorded in export_report.json)
     results = bench_systems(read_queries(heldout), artifact=str(artifact), variants=None,
                             labels_dir=str(labels_heldout), requests=args.requests)
+    # the floor a user already has: the student's own pretrained encoder ranking by cosine, no training
+    from r3edge.benchmarks.systems import scored_floor
+    from r3edge.core.config import StudentConfig, load_yaml
+    from r3edge.model.student import base_cosine_scoring
+
+    base = base_cosine_scoring(load_yaml(args.student, StudentConfig))
+    if base is not None and results.get("baselines"):
+        results["baselines"]["base_cosine"] = scored_floor(read_queries(heldout), base,
+                                                           results["settings"]["label_values"])
     # whether the teacher judges: its labels of the student's training pairs against their gold labels
     results["teacher_on_training_pairs"] = accuracy_block(read_queries(pairs), teacher_probs(labels_train)[0],
                                                           results["settings"]["label_values"], None).get("vs_gold")

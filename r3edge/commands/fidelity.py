@@ -48,6 +48,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--stages-on", default=None, metavar="TEXT",
                         help="where the cold start and labelling ran when not on this machine (e.g. 'NVIDIA H100 80GB, "
                              "device run'); the report names it beside the teacher's latency")
+    parser.add_argument("--labels", default=None, metavar="DIR",
+                        help="teacher labels made earlier (DIR/train, DIR/dev and the teacher's DIR/sft_report.json, e.g. "
+                             "committed ones): copied into --out, and the teacher is neither trained nor run, so the "
+                             "students can be rebuilt on a CPU")
     parser.add_argument("--until", default=None, choices=["teacher", "label"],
                         help="stop after this stage (e.g. cold start and labels on a GPU machine, students on the CPU)")
     parser.add_argument("--requests", type=int, default=10, help="top-100 requests per student variant for latency")
@@ -74,7 +78,10 @@ def run(args) -> int:
     dev = _data(args, sft_gold, train_pairs, dev_pairs)
 
     _step("2/5 teacher: cold start on gold-built traces")
-    sft, teacher_dir = _teacher(args, out, sft_gold)
+    if args.labels:
+        sft, teacher_dir = _given_labels(args, out)
+    else:
+        sft, teacher_dir = _teacher(args, out, sft_gold)
     if args.until == "teacher":
         return 0
 
@@ -128,6 +135,28 @@ def _teacher(args, out: Path, sft_gold: Path):
     else:
         print(f"{teacher_dir} is complete; skipping")
     return sft, teacher_dir
+
+
+def _given_labels(args, out: Path):
+    """``--labels``: the teacher's labels and cold-start report copied into ``--out`` (the label stage
+    then finds them complete, provided they cover these exact pairs files)."""
+    import shutil
+
+    from r3edge.core.errors import NotFound
+    from r3edge.distill.sft import load_sft_config
+
+    given = Path(args.labels)
+    teacher_dir = (out / "teacher").resolve()
+    for split in ("train", "dev"):
+        if not (given / split / "manifest.json").is_file():
+            raise NotFound(f"--labels {given} has no {split}/manifest.json",
+                           "pass a directory holding train/ and dev/ labels directories written by `r3edge label`")
+        if not (out / "labels" / split).exists():
+            shutil.copytree(given / split, out / "labels" / split)
+    teacher_dir.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(given / "sft_report.json", teacher_dir / "sft_report.json")
+    print(f"labels and the teacher's report from {given}; the teacher is not trained here")
+    return load_sft_config(args.sft_config), teacher_dir
 
 
 def _label(args, out: Path, teacher_config: str, teacher_dir: Path, splits) -> dict[str, Path]:
@@ -191,7 +220,6 @@ def _students(args, out: Path, names: list[str], labels: dict[str, Path], train_
 def _results(args, dev, bench: dict, names: list[str], dev_manifest: dict, teacher_dir: Path, wall_s: float) -> dict:
     from r3edge.benchmarks.fidelity import goals, system_entry
     from r3edge.benchmarks.systems import baselines
-    from r3edge.core.config import StudentConfig, load_yaml
 
     first = bench[names[0]]
     values = next(r["label_values"] for r in first["systems"] if r.get("kind") == "student")
@@ -201,29 +229,23 @@ def _results(args, dev, bench: dict, names: list[str], dev_manifest: dict, teach
     # Measured: the teacher's whole dev labelling run divided by its questions (every candidate of a
     # question is in flight together on the server), not an estimate from per-record latencies.
     per_q_ms = 1e3 * wall / len(dev) if wall else None
-    teacher = system_entry(teacher_row, model=f"SmolLM2-135M-Instruct cold-started ({teacher_dir.name})",
+    import json
+
+    sft_report = json.loads((teacher_dir / "sft_report.json").read_text())
+    teacher = system_entry(teacher_row, model=f"{sft_report.get('base_model')} cold-started ({args.sft_config})",
                            format_failures=summary.get("format_failures"), repairs=summary.get("repairs"))
     teacher["latency_ms_top100"] = {"p50": per_q_ms, "p95": None}
     where = args.stages_on or "this machine"
     teacher["latency_source"] = f"measured: dev labelling wall time / questions, on {where}"
     systems: dict = {"teacher": teacher}
     for i, name in enumerate(names):
-        rows = [r for r in bench[name]["systems"] if r.get("kind") == "student"]
-        encoder = load_yaml(name, StudentConfig).model.kind == "encoder"
-        # the recommended student is "student"; an encoder is also "encoder-student" (the issue's shape)
-        keys = ["student"] if i == 0 else []
-        if encoder:
-            keys.append("encoder-student")
-        elif i > 0:
-            keys.append(f"student-{name}")
-        for r in rows:
+        # one row per system: the recommended (first) student is "student", the others "student-<config>"
+        key = "student" if i == 0 else f"student-{name}"
+        for r in (r for r in bench[name]["systems"] if r.get("kind") == "student"):
             suffix = "" if r.get("variant") in (None, "fp32") else f"-{r['variant']}"
-            for key in keys:
-                systems[key + suffix] = system_entry(r, model=name, variant=r.get("variant"))
+            systems[key + suffix] = system_entry(r, model=name, variant=r.get("variant"))
+    systems.update(_base_floors(dev, names, values))
     systems.update(baselines(dev, values))
-    import json
-
-    sft_report = json.loads((teacher_dir / "sft_report.json").read_text())
     results = {
         "split": "dev",
         "machine": first["machine"],
@@ -254,12 +276,34 @@ def _results(args, dev, bench: dict, names: list[str], dev_manifest: dict, teach
     return results
 
 
+def _base_floors(dev, names: list[str], values) -> dict:
+    """Each encoder student's base model ranking by plain cosine, untrained (the floor a user already
+    has; r3edge.model.student.base_cosine_scoring), one row per distinct base."""
+    from r3edge.benchmarks.systems import scored_floor
+    from r3edge.core.config import StudentConfig, load_yaml
+    from r3edge.model.student import base_cosine_scoring
+
+    floors: dict = {}
+    for name in names:
+        config = load_yaml(name, StudentConfig)
+        ref = config.model.pretrained
+        if any(f["model"] == ref for f in floors.values()):
+            continue
+        scoring = base_cosine_scoring(config)
+        if scoring is not None:
+            got = scored_floor(dev, scoring, values)
+            floors[f"base-cosine ({name})"] = {
+                "model": ref, "ndcg@10": got["ndcg@10"], "ndcg_queries": got["ndcg_queries"],
+                "latency_source": "not timed: a floor (the student's pretrained encoder by cosine, no training)"}
+    return floors
+
+
 def _command(args) -> str:
     parts = ["r3edge", "fidelity", "--data", args.data, "--out", args.out, "--results", args.results,
              "--sft-config", args.sft_config, "--students", args.students]
     for flag, val in (("--stages-on", args.stages_on), ("--label-batch-size", args.label_batch_size),
                       ("--sft-examples", args.sft_examples), ("--sft-queries", args.sft_queries), ("--train-queries", args.train_queries),
-                      ("--dev-queries", args.dev_queries), ("--vllm", args.vllm)):
+                      ("--dev-queries", args.dev_queries), ("--vllm", args.vllm), ("--labels", args.labels)):
         if val is not None:
             parts += [flag, str(val)]
     return " ".join(shlex.quote(p) for p in parts)

@@ -28,11 +28,13 @@ class Strict(BaseModel):
 class ModelSpec(Strict):
     """Where a model comes from: real weights (``pretrained``) or a random init (``architecture``).
 
-    ``kind`` is what the weights become: ``causal`` (a causal LM, scored on its label-token rows) or
-    ``encoder`` (a BERT-style cross-encoder with an n-label classification head; students only).
+    ``kind`` is what the weights become: ``causal`` (a causal LM, scored on its label-token rows),
+    ``encoder`` (a BERT-style cross-encoder with an n-label classification head; students only) or
+    ``biencoder`` (a sentence encoder whose label logits are an affine function of the query–document
+    cosine, so it starts from its base's own ranking; students only).
     """
 
-    kind: Literal["causal", "encoder"] = "causal"
+    kind: Literal["causal", "encoder", "biencoder"] = "causal"
     pretrained: str | None = None
     architecture: dict | None = None
     tokenizer: str | None = None
@@ -90,11 +92,30 @@ class TrainParams(Strict):
     # epochs without improvement
     eval_fraction: float = Field(0.0, ge=0.0, lt=1.0)
     early_stopping_patience: PositiveInt | None = None
+    # Ranking losses, added to the pointwise KL over the candidates of one query that share a batch
+    # (r3edge.distill.losses): listwise KL between the softmax of the teacher's and the student's
+    # expected scores (at listwise_temperature), and MarginMSE on every pair of those candidates.
+    listwise_weight: float = Field(0.0, ge=0.0)
+    listwise_temperature: float = Field(1.0, gt=0)
+    margin_mse_weight: float = Field(0.0, ge=0.0)
+    # Batches of whole-query groups: each epoch shuffles every query's candidates, cuts them into
+    # groups of at most this many and shuffles the groups (None: length-grouped batches, no groups).
+    # The ranking losses need it.
+    query_group_size: int | None = Field(None, ge=2)
+    # Keep the pretrained token embeddings as they are (half of a MiniLM's weights): fewer weights
+    # for few labels to pull away from what the base knew.
+    freeze_embeddings: bool = False
 
     @model_validator(mode="after")
     def _patience_needs_eval(self):
         if self.early_stopping_patience is not None and self.eval_fraction == 0:
             raise ValueError("early_stopping_patience needs an evaluation split: set eval_fraction (e.g. 0.2)")
+        if (self.listwise_weight > 0 or self.margin_mse_weight > 0) and self.query_group_size is None:
+            raise ValueError("the ranking losses compare candidates of one query within a batch: set "
+                             "query_group_size (e.g. 8) so batches hold whole-query groups")
+        if self.query_group_size is not None and self.batch_size % self.query_group_size:
+            raise ValueError(f"batch_size {self.batch_size} is not a multiple of query_group_size "
+                             f"{self.query_group_size}: a batch would cut a group")
         return self
 
 
@@ -112,6 +133,9 @@ class StudentConfig(Strict):
                              "there: set scorer.padding_side: right")
         if self.model.kind == "encoder" and self.scorer.instruction is not None:
             raise ValueError("an encoder student reads [CLS] query [SEP] document [SEP] and no instruction: "
+                             "drop scorer.instruction")
+        if self.model.kind == "biencoder" and self.scorer.instruction is not None:
+            raise ValueError("a biencoder student reads [CLS] query [SEP] [CLS] document [SEP] and no instruction: "
                              "drop scorer.instruction")
         return self
 

@@ -7,7 +7,8 @@ The module depends on ``tokenizers`` and ``numpy`` only (the server must not nee
 A student input is ``head + query + mid + document + tail``. For a causal student (``head:
 label_rows``) the tail ends exactly where the score token would be generated; for an encoder
 cross-encoder (``head: classifier``) the pieces are ``[CLS]``, ``[SEP]`` and ``[SEP]``, which gives
-the ids of BERT's own pair encoding. Each piece is tokenised on its own and the ids are concatenated,
+the ids of BERT's own pair encoding; for a bi-encoder student (``head: cosine``) they are ``[CLS]``,
+``[SEP][CLS]`` and ``[SEP]``, two single-text encodings side by side. Each piece is tokenised on its own and the ids are concatenated,
 so the document can be cut on a token boundary while the query and the tail stay whole. A query
 longer than its budget is an error, never silently cut: a reranker that drops part of the query
 answers a different question.
@@ -31,8 +32,10 @@ SCORER_FILE = "scorer.json"
 TOKENIZER_FILE = "tokenizer.json"
 SPEC_VERSION = 1
 #: Which scoring graph reads the ids: the label-token rows of a causal LM's head at the last real
-#: token, or an encoder's n-label classification head (whose labels are outputs, not vocabulary tokens).
-HEADS = ("label_rows", "classifier")
+#: token, an encoder's n-label classification head (whose labels are outputs, not vocabulary tokens),
+#: or an affine function of the cosine between the query's and the document's embeddings, each
+#: encoded on its own inside the one graph (a bi-encoder student; see r3edge.model.student).
+HEADS = ("label_rows", "classifier", "cosine")
 
 
 @dataclass(frozen=True)
@@ -66,6 +69,16 @@ class PromptTemplate:
         """
         return PromptTemplate(head=cls_token, mid=sep_token, tail=sep_token)
 
+    @staticmethod
+    def biencoder(cls_token: str = "[CLS]", sep_token: str = "[SEP]") -> PromptTemplate:
+        """``[CLS] query [SEP] [CLS] document [SEP]``: two single-text encodings side by side.
+
+        Each segment is what a sentence-transformers bi-encoder reads for one text; the cosine
+        scoring graph keeps the segments from attending to each other and restarts positions at
+        the second ``[CLS]``, so each is embedded exactly as if encoded alone.
+        """
+        return PromptTemplate(head=cls_token, mid=sep_token + cls_token, tail=sep_token)
+
 
 DEFAULT_INSTRUCTION = (
     "Judge how relevant the document is to the query. "
@@ -81,7 +94,7 @@ class ScorerSpec:
     Serialised as ``scorer.json`` next to every student checkpoint and in every export artifact.
     ``head`` names the scoring graph (see :data:`HEADS`); ``label_rows`` is the default so that
     scorer.json files written before the field existed still load as what they are. With the
-    ``classifier`` head, ``label_tokens`` only name the labels and ``label_token_ids`` is empty.
+    ``classifier`` and ``cosine`` heads, ``label_tokens`` only name the labels and ``label_token_ids`` is empty.
     """
 
     template: PromptTemplate
@@ -110,9 +123,9 @@ class ScorerSpec:
             )
         if self.head not in HEADS:
             raise InvalidInput(f"scorer spec: head={self.head!r}", f"use one of {', '.join(HEADS)}")
-        if self.head == "classifier" and self.label_token_ids:
+        if self.head != "label_rows" and self.label_token_ids:
             raise InvalidInput(
-                "scorer spec: a classifier head has no label token ids (its labels are head outputs)",
+                f"scorer spec: a {self.head} head has no label token ids (its labels are head outputs)",
                 "drop label_token_ids, or use head: label_rows",
             )
         if self.padding_side not in ("left", "right"):

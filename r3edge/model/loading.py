@@ -168,6 +168,12 @@ def load_encoder(ref: str, num_labels: int, dtype: str = "float32", id2label: di
                             dtype=torch_dtype(dtype), **_label_fields(num_labels, id2label))
 
 
+def load_sentence_encoder(ref: str, dtype: str = "float32"):
+    """A bare encoder (``AutoModel``: token states, no head), from a package, a local directory or a hub id."""
+    transformers = require("transformers", "train")
+    return _from_pretrained(transformers.AutoModel, _package_path(ref), dtype=torch_dtype(dtype))
+
+
 def _drop_dequantized_gguf_marker(model):
     """A GGUF checkpoint dequantised at load is a plain model, but transformers still marks it as
     GGUF-quantised and then refuses ``save_pretrained``, so a trained student could not be saved."""
@@ -206,8 +212,14 @@ def load_model(spec: ModelSpec, *, num_labels: int | None = None, id2label: dict
     """The one loader of a config's model (student or teacher): weights or random init, then ``keep_layers``.
 
     An ``encoder`` spec needs ``num_labels``: the student's label count sizes its classification head.
+    A ``biencoder`` spec gives the bare encoder (its cosine head is r3edge.model.student's).
     """
-    if spec.kind == "encoder":
+    if spec.kind == "biencoder":
+        if spec.pretrained is not None:
+            lm = load_sentence_encoder(spec.pretrained, dtype=spec.dtype)
+        else:
+            lm = _build_random("AutoModel", spec.architecture or {}, spec.seed, spec.dtype)
+    elif spec.kind == "encoder":
         if num_labels is None:
             raise R3EdgeError("an encoder model needs num_labels", "create it through r3edge.model.student.create_student")
         if spec.pretrained is not None:

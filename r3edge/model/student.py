@@ -1,12 +1,17 @@
 """The student as a scoring model: ``(input_ids, attention_mask) -> label_logits [batch, n_labels]``.
 
-Two students share that signature, picked by the scorer spec's ``head``:
+Three students share that signature, picked by the scorer spec's ``head``:
 
 * ``label_rows`` — a causal LM (:class:`LabelScorer`): the last real token's hidden state against
   the label-token rows of the LM head only; the full-vocabulary projection is never made;
 * ``classifier`` — an encoder cross-encoder (:class:`EncoderScorer`): a BERT-style
   ``AutoModelForSequenceClassification`` reading ``[CLS] query [SEP] document [SEP]`` with an
-  n-label head.
+  n-label head;
+* ``cosine`` — a bi-encoder (:class:`CosineScorer` around a :class:`CosineStudent`): a sentence
+  encoder embeds the query and the document each on its own (one graph, two segments that never
+  attend to each other), and the label logits are an affine function of their cosine. Before any
+  training it ranks exactly as its base model does by cosine, so distillation starts from what the
+  base knew instead of from a fresh random head.
 
 :func:`scoring_module` is the one factory of the torch scoring graph (contract 4). Training computes
 its loss on it, export traces it, and the torch reference runtime runs it, so all three run the same
@@ -16,14 +21,16 @@ needs no change.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from r3edge.core.config import StudentConfig
-from r3edge.core.errors import FormatError, InvalidInput
+from r3edge.core.errors import FormatError, InvalidInput, NotFound
 from r3edge.core.fileio import partial_dir, publish_dir
 from r3edge.core.scoring import (
     DEFAULT_INSTRUCTION,
@@ -34,10 +41,12 @@ from r3edge.core.scoring import (
     Scoring,
     score_pairs,
 )
-from r3edge.model.loading import load_causal_lm, load_encoder, load_model, load_tokenizer
+from r3edge.model.loading import load_causal_lm, load_encoder, load_model, load_sentence_encoder, load_tokenizer
 
 #: ModelSpec.kind -> the ScorerSpec.head that scores it
-HEAD_OF_KIND = {"causal": "label_rows", "encoder": "classifier"}
+HEAD_OF_KIND = {"causal": "label_rows", "encoder": "classifier", "biencoder": "cosine"}
+#: the cosine student's label head (its 2 x n_labels numbers), saved beside the encoder's weights
+COSINE_HEAD_FILE = "cosine_head.json"
 
 
 class LabelScorer(nn.Module):
@@ -92,6 +101,99 @@ class EncoderScorer(nn.Module):
         return self.model(input_ids=input_ids, attention_mask=attention_mask, **extra).logits.float()
 
 
+class CosineStudent(nn.Module):
+    """A sentence encoder plus an affine label head on the query–document cosine.
+
+    ``label_logits = weight · cos + bias`` (``weight``, ``bias``: one number per label). The
+    initial head (``weight`` ∝ the centred label values, ``bias`` 0) makes the expected score an
+    increasing function of the cosine, so the untrained student ranks like its base model;
+    ``r3edge train`` then fits the head to the teacher before it touches the encoder
+    (:func:`r3edge.distill.train.fit_cosine_head`). Embeddings are the mean of a segment's token
+    states (all-MiniLM-L6-v2's pooling). Saved as the encoder's HF directory plus
+    :data:`COSINE_HEAD_FILE`.
+    """
+
+    def __init__(self, encoder: nn.Module, label_values: tuple[float, ...], scale: float = 10.0):
+        super().__init__()
+        self.encoder = encoder
+        self.config = encoder.config
+        values = torch.tensor(label_values, dtype=torch.float32)
+        self.head = nn.Linear(1, len(label_values))
+        with torch.no_grad():
+            self.head.weight.copy_(scale * (values - values.mean()).unsqueeze(-1))
+            self.head.bias.zero_()
+
+    def get_input_embeddings(self) -> nn.Module:
+        return self.encoder.get_input_embeddings()
+
+    def get_output_embeddings(self) -> None:
+        return None
+
+    def set_attn_implementation(self, name: str) -> None:
+        self.encoder.set_attn_implementation(name)
+
+    def save_pretrained(self, directory: str | Path) -> None:
+        self.encoder.save_pretrained(str(directory))
+        head = {"weight": self.head.weight.detach().float().squeeze(-1).tolist(),
+                "bias": self.head.bias.detach().float().tolist(), "pooling": "mean"}
+        (Path(directory) / COSINE_HEAD_FILE).write_text(json.dumps(head, indent=2) + "\n")
+
+    @classmethod
+    def from_pretrained(cls, directory: str | Path, label_values: tuple[float, ...], dtype: str = "float32") -> CosineStudent:
+        path = Path(directory) / COSINE_HEAD_FILE
+        if not path.is_file():
+            raise NotFound(f"{directory} has no {COSINE_HEAD_FILE}, the cosine student's label head",
+                           "point at a directory written by `r3edge train` with a biencoder student config")
+        head = json.loads(path.read_text())
+        if len(head["weight"]) != len(label_values) or len(head["bias"]) != len(label_values):
+            raise FormatError(f"{path} has {len(head['weight'])} labels; scorer.json has {len(label_values)}",
+                              "the student directory mixes files from two models; re-run `r3edge train`")
+        student = cls(load_sentence_encoder(str(directory), dtype=dtype), label_values)
+        with torch.no_grad():
+            student.head.weight.copy_(torch.tensor(head["weight"]).unsqueeze(-1))
+            student.head.bias.copy_(torch.tensor(head["bias"]))
+        return student
+
+
+class CosineScorer(nn.Module):
+    """``(input_ids, attention_mask) -> label_logits`` for a :class:`CosineStudent`.
+
+    The ids are ``[CLS] query [SEP] [CLS] document [SEP]`` (:meth:`PromptTemplate.biencoder`). The
+    graph numbers the segments by counting ``[CLS]`` tokens (1: query, 2: document, 0: padding),
+    lets each token attend only within its own segment, restarts positions at each segment's
+    ``[CLS]`` and uses token type 0 throughout, so each text is embedded exactly as a bi-encoder
+    embeds it alone, in either padding side. A query whose text holds the literal ``[CLS]`` token
+    moves the boundary. One encoder pass costs no more than the cross-encoder's (fewer attention
+    scores), and the inputs and output are the contract's, so export and serving do not change.
+    """
+
+    def __init__(self, student: CosineStudent, cls_token_id: int):
+        super().__init__()
+        self.student = student
+        self.cls_token_id = int(cls_token_id)
+
+    def cosines(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        """The query–document cosine of each row, ``[batch, 1]`` float32."""
+        segment = (input_ids == self.cls_token_id).long().cumsum(-1) * attention_mask
+        query, doc = (segment == 1).long(), (segment == 2).long()
+        positions = (query.cumsum(-1) - 1) * query + (doc.cumsum(-1) - 1) * doc
+        encoder = self.student.encoder
+        dtype = next(encoder.parameters()).dtype
+        same = (segment.unsqueeze(-1) == segment.unsqueeze(-2)).unsqueeze(1)
+        mask = torch.zeros(same.shape, dtype=dtype).masked_fill(~same, torch.finfo(dtype).min)
+        hidden = encoder(input_ids=input_ids, attention_mask=mask, position_ids=positions,
+                         token_type_ids=torch.zeros_like(input_ids)).last_hidden_state.float()
+
+        def embed(member: torch.Tensor) -> torch.Tensor:
+            weight = member.unsqueeze(-1).float()
+            return F.normalize((hidden * weight).sum(1) / weight.sum(1).clamp_min(1.0), dim=-1)
+
+        return (embed(query) * embed(doc)).sum(-1, keepdim=True)
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        return self.student.head(self.cosines(input_ids, attention_mask)).float()
+
+
 def scoring_module(model: nn.Module, scorer: Scorer) -> nn.Module:
     """The torch scoring graph for ``model`` as ``scorer.spec.head`` says: the one factory that
     training, export and the torch runtime use."""
@@ -110,7 +212,34 @@ def scoring_module(model: nn.Module, scorer: Scorer) -> nn.Module:
             raise InvalidInput(f"the encoder's template separator {spec.template.mid!r} is {len(sep)} tokens, not one",
                               "build the template with PromptTemplate.pair(cls_token, sep_token)")
         return EncoderScorer(model, sep[0])
+    if spec.head == "cosine":
+        if not isinstance(model, CosineStudent):
+            raise FormatError(f"scorer.json head 'cosine' needs a CosineStudent, not {type(model).__name__}",
+                              "load the student with r3edge.model.student.load_student")
+        cls = scorer.tokenizer.encode(spec.template.head, add_special_tokens=False).ids
+        if len(cls) != 1 or scorer.tokenizer.encode(spec.template.mid, add_special_tokens=False).ids[-1:] != cls:
+            raise InvalidInput(f"the cosine template {spec.template.head!r} ... {spec.template.mid!r} does not open "
+                               "each segment with one [CLS] token",
+                               "build the template with PromptTemplate.biencoder(cls_token, sep_token)")
+        return CosineScorer(model, cls[0])
     raise FormatError(f"scorer.json head {spec.head!r} has no scoring graph", "re-run `r3edge train`")
+
+
+def base_cosine_scoring(config: StudentConfig) -> Scoring | None:
+    """The floor every encoder student must clear: its own pretrained weights, untrained, ranking by the
+    query–document cosine (a :class:`CosineStudent` before any training, under the config's token
+    budgets). None for a causal or randomly initialised student, which has no such base."""
+    spec = config.model
+    if spec.kind not in ("encoder", "biencoder") or spec.pretrained is None:
+        return None
+    extra = 1 if spec.kind == "encoder" else 0  # the bi-encoder template has one token more ([CLS] twice)
+    base = config.model_copy(update={
+        "model": spec.model_copy(update={"kind": "biencoder"}),
+        "scorer": config.scorer.model_copy(update={"max_total_tokens": config.scorer.max_total_tokens + extra}),
+    })
+    lm, scorer = create_student(base)
+    scoring = lm_score_fn(lm.eval(), scorer, name=f"{spec.pretrained} (cosine, no training)")
+    return scoring
 
 
 def vocab_size(model: nn.Module) -> int:
@@ -125,10 +254,11 @@ def create_student(config: StudentConfig) -> tuple[nn.Module, Scorer]:
     hf_tok = load_tokenizer(spec.tokenizer_ref)
     budget = config.scorer
     head = HEAD_OF_KIND[spec.kind]
-    if head == "classifier":
+    if head in ("classifier", "cosine"):
         if not (hf_tok.cls_token and hf_tok.sep_token):
             raise InvalidInput(f"tokenizer {spec.tokenizer_ref} has no [CLS]/[SEP] tokens", "use the encoder's own tokenizer")
-        template = PromptTemplate.pair(hf_tok.cls_token, hf_tok.sep_token)
+        build = PromptTemplate.pair if head == "classifier" else PromptTemplate.biencoder
+        template = build(hf_tok.cls_token, hf_tok.sep_token)
     else:
         template = PromptTemplate.chatml(budget.instruction or DEFAULT_INSTRUCTION)
     scorer = Scorer.create(
@@ -148,6 +278,14 @@ def create_student(config: StudentConfig) -> tuple[nn.Module, Scorer]:
             raise InvalidInput(f"max_total_tokens={budget.max_total_tokens} exceeds the encoder's {positions} positions",
                               f"set scorer.max_total_tokens to at most {positions}")
         return lm, scorer
+    if head == "cosine":
+        lm = CosineStudent(load_model(spec), scorer.spec.label_values)
+        positions = getattr(lm.config, "max_position_embeddings", None)
+        longest = max(budget.max_query_tokens, budget.max_doc_tokens) + 2  # each segment: [CLS] text [SEP]
+        if positions is not None and longest > positions:
+            raise InvalidInput(f"a segment of up to {longest} tokens exceeds the encoder's {positions} positions",
+                              f"keep max_query_tokens and max_doc_tokens at most {positions - 2}")
+        return lm, scorer
     lm = load_model(spec)
     vocab = vocab_size(lm)
     if max(scorer.spec.label_token_ids) >= vocab:
@@ -159,12 +297,15 @@ def create_student(config: StudentConfig) -> tuple[nn.Module, Scorer]:
 def load_student(directory: str | Path, dtype: str = "float32") -> tuple[nn.Module, Scorer]:
     """A trained student directory: HF weights + ``scorer.json`` + ``tokenizer.json``.
 
-    The scorer's ``head`` says which model class the weights are (a causal LM or an encoder).
+    The scorer's ``head`` says which model class the weights are (a causal LM, a classification
+    encoder, or a sentence encoder with its cosine head).
     """
     directory = Path(directory)
     scorer = Scorer.load(directory)  # fails first, with a fix, if scorer.json is missing
     if scorer.spec.head == "classifier":
         lm = load_encoder(str(directory), scorer.spec.n_labels, dtype=dtype)
+    elif scorer.spec.head == "cosine":
+        lm = CosineStudent.from_pretrained(directory, scorer.spec.label_values, dtype=dtype)
     else:
         lm = load_causal_lm(str(directory), dtype=dtype)
     return lm, scorer

@@ -1,0 +1,206 @@
+"""The bi-encoder (cosine) student and the ranking losses, on real parts: the packaged
+all-MiniLM-L6-v2 weights checked against sentence-transformers itself, a tiny random BERT trained
+through the CLI, exported and scored by ONNX Runtime.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+from conftest import CONFIGS, SAMPLE_QUERIES
+from test_train import write_labels
+
+from r3edge.core.errors import R3EdgeError
+
+pytestmark = pytest.mark.slow  # real models: see `make test-fast` for the torch-free tier
+
+QUERY = SAMPLE_QUERIES[0]["query"]
+DOCS = [c["text"] for q in SAMPLE_QUERIES for c in q["candidates"]] + [
+    "مرحبا! QNB أفضل بنك 🏦 #doha", "ok", "  leading and trailing spaces  ",
+]
+
+
+def tiny_bi_config(tmp_path: Path, **train) -> Path:
+    """bert-tiny (random weights, real MiniLM tokenizer) as a biencoder student."""
+    raw = yaml.safe_load((CONFIGS / "student" / "bert-tiny.yaml").read_text())
+    raw["name"] = "bert-tiny-bi"
+    raw["model"]["kind"] = "biencoder"
+    raw["scorer"]["max_total_tokens"] = 180  # [CLS] q [SEP] [CLS] d [SEP]: 4 fixed tokens
+    raw["train"].update(train)
+    path = tmp_path / "bert-tiny-bi.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return path
+
+
+def test_untrained_cosine_student_is_its_base_by_cosine():
+    """Before training, the student's cosine is sentence-transformers' cosine of the packaged
+    all-MiniLM-L6-v2, pair by pair, in one batch of mixed lengths and with either padding side."""
+    import torch
+    from sentence_transformers import SentenceTransformer
+
+    from r3edge.core.config import StudentConfig, load_yaml
+    from r3edge.model.loading import minilm_dir
+    from r3edge.model.student import create_student, scoring_module
+
+    base = yaml.safe_load((CONFIGS / "student" / "minilm-cqa-bi.yaml").read_text())
+    lm, scorer = create_student(StudentConfig.model_validate(base))
+    assert scorer.spec.head == "cosine" and scorer.spec.template.mid == "[SEP][CLS]"
+    st = SentenceTransformer(str(minilm_dir()), device="cpu")
+    q = st.encode([QUERY] * len(DOCS), normalize_embeddings=True)
+    d = st.encode(DOCS, normalize_embeddings=True)
+    expected = (q * d).sum(-1)
+    graph = scoring_module(lm, scorer).eval()
+    for side in ("right", "left"):
+        sc = type(scorer)(type(scorer.spec)(**{**scorer.spec.__dict__, "padding_side": side}), scorer.tokenizer)
+        ids, mask = sc.collate(sc.encode_batch([QUERY] * len(DOCS), DOCS))
+        with torch.no_grad():
+            got = graph.cosines(torch.from_numpy(ids), torch.from_numpy(mask)).squeeze(-1).numpy()
+        np.testing.assert_allclose(got, expected, atol=2e-5, err_msg=side)
+    # the initial head makes the expected score increase with the cosine: the base's ranking
+    with torch.no_grad():
+        logits = graph(torch.from_numpy(ids), torch.from_numpy(mask)).numpy()
+    _, score = scorer.relevance(logits)
+    assert (np.argsort(score) == np.argsort(expected)).all()
+    assert load_yaml("minilm-cqa-bi", StudentConfig).model.kind == "biencoder"
+
+
+def test_biencoder_config_is_validated(tmp_path):
+    from r3edge.core.config import StudentConfig, load_yaml
+
+    raw = yaml.safe_load(tiny_bi_config(tmp_path).read_text())
+    for change, needle in (
+        ({"scorer": {**raw["scorer"], "instruction": "x"}}, "instruction"),
+        ({"train": {**raw["train"], "listwise_weight": 1.0}}, "query_group_size"),
+        ({"train": {**raw["train"], "query_group_size": 3}}, "not a multiple"),
+    ):
+        (tmp_path / "s.yaml").write_text(yaml.safe_dump({**raw, **change}))
+        with pytest.raises(R3EdgeError, match=needle):
+            load_yaml(tmp_path / "s.yaml", StudentConfig)
+
+
+# -- ranking losses -------------------------------------------------------------------------------
+def test_listwise_kl_and_margin_mse_by_hand():
+    import torch
+
+    from r3edge.distill.losses import listwise_kl, margin_mse
+
+    s = torch.tensor([0.2, 1.0, 0.5, 2.0, 0.0])
+    t = torch.tensor([0.0, 2.0, 1.0, 1.0, 1.5])
+    g = torch.tensor([7, 7, 7, 9, 9])
+    # MarginMSE: pairs within a query only: (0,1) (0,2) (1,2) of query 7 and (3,4) of query 9
+    pairs = [((0.2 - 1.0) - (0.0 - 2.0)), ((0.2 - 0.5) - (0.0 - 1.0)), ((1.0 - 0.5) - (2.0 - 1.0)), ((2.0 - 0.0) - (1.0 - 1.5))]
+    assert margin_mse(s, t, g).item() == pytest.approx(np.mean(np.square(pairs)), rel=1e-6)
+
+    def kl(sv, tv, temp):
+        p = np.exp(np.asarray(tv) / temp) / np.exp(np.asarray(tv) / temp).sum()
+        q = np.exp(np.asarray(sv) / temp) / np.exp(np.asarray(sv) / temp).sum()
+        return float((p * np.log(p / q)).sum())
+
+    expected = np.mean([kl([0.2, 1.0, 0.5], [0.0, 2.0, 1.0], 0.5), kl([2.0, 0.0], [1.0, 1.5], 0.5)])
+    assert listwise_kl(s, t, g, temperature=0.5).item() == pytest.approx(expected, rel=1e-5)
+    # a shift of a whole query's scores changes no margin and no listwise distribution
+    shifted = s + torch.tensor([3.0, 3.0, 3.0, -1.0, -1.0])
+    assert margin_mse(shifted, t, g).item() == pytest.approx(margin_mse(s, t, g).item(), rel=1e-5)
+    assert listwise_kl(shifted, t, g).item() == pytest.approx(listwise_kl(s, t, g).item(), rel=1e-5)
+    # rows that each have a query of their own rank nothing
+    alone = torch.arange(5)
+    assert margin_mse(s, t, alone).item() == 0 and listwise_kl(s, t, alone).item() == 0
+
+
+def test_query_group_sampler_keeps_queries_together():
+    from r3edge.distill.train import QueryGroupSampler
+
+    groups = [0] * 8 + [1] * 12 + [2] * 4
+    sampler = QueryGroupSampler(groups, group_size=4, seed=3)
+    first, second = list(sampler), list(sampler)
+    assert sorted(first) == sorted(second) == list(range(len(groups))) and first != second
+    assert list(QueryGroupSampler(groups, 4, seed=3)) == first  # seeded
+    # every aligned block of 4 (so every batch of 4, 8, ...) holds one query's rows
+    assert all(len({groups[i] for i in first[k : k + 4]}) == 1 for k in range(0, len(first), 4))
+    # a query of 6 rows comes as a group of 4 and a group of 2, each contiguous
+    order = list(QueryGroupSampler([0] * 6 + [1] * 4, group_size=4, seed=0))
+    pos = sorted(order.index(i) for i in range(6))
+    runs = [len(r) for r in np.split(np.asarray(pos), np.flatnonzero(np.diff(pos) > 1) + 1)]
+    assert sorted(runs) in ([2, 4], [6])
+
+
+def test_distillation_loss_adds_the_ranking_terms_within_each_query():
+    import torch
+    import torch.nn.functional as F
+
+    from r3edge.core.config import StudentConfig, load_yaml
+    from r3edge.distill.losses import expected_scores, listwise_kl, margin_mse
+    from r3edge.distill.train import DistillCollator, build_dataset, distillation_loss
+    from r3edge.model.student import create_student, scoring_module
+
+    lm, scorer = create_student(load_yaml(CONFIGS / "student" / "minilm-cqa-bi.yaml", StudentConfig))
+    qs = [q["query"] for q in SAMPLE_QUERIES for _ in q["candidates"]]
+    ds = [c["text"] for q in SAMPLE_QUERIES for c in q["candidates"]]
+    groups = [i for i, q in enumerate(SAMPLE_QUERIES) for _ in q["candidates"]]
+    targets = np.asarray([[0.7, 0.2, 0.1], [0.1, 0.2, 0.7], [0.3, 0.4, 0.3]] * 3)[: len(qs)]
+    dataset = build_dataset(scorer, qs, ds, targets, groups=groups)
+    batch = DistillCollator(scorer)([dataset[i] for i in range(len(dataset))])
+    assert batch["group"].tolist() == groups
+    graph = scoring_module(lm, scorer).eval()
+    values = scorer.spec.label_values
+    with torch.no_grad():
+        plain, logits = distillation_loss(graph, batch)
+        mixed, _ = distillation_loss(graph, batch, label_values=values, listwise_weight=0.3, listwise_temperature=0.5,
+                                     margin_mse_weight=2.0)
+    v = torch.tensor(values)
+    s, t = expected_scores(F.softmax(logits, -1), v), expected_scores(batch["teacher_probs"], v)
+    g = torch.tensor(groups)
+    by_hand = plain + 0.3 * listwise_kl(s, t, g, 0.5) + 2.0 * margin_mse(s, t, g)
+    assert mixed.item() == pytest.approx(by_hand.item(), rel=1e-6) and mixed.item() > plain.item()
+
+
+# -- training, export, serving parity -------------------------------------------------------------
+@pytest.fixture(scope="module")
+def trained_bi(tmp_path_factory) -> Path:
+    from r3edge.cli import main
+
+    tmp = tmp_path_factory.mktemp("bi")
+    labels = write_labels(tmp / "labels")
+    out = tmp / "student"
+    cfg = tiny_bi_config(tmp, batch_size=4, query_group_size=2, listwise_weight=0.5, margin_mse_weight=0.5)
+    assert main(["train", str(labels), "--student", str(cfg), "--out", str(out), "--max-steps", "6"]) == 0
+    return out
+
+
+def test_cosine_head_is_fitted_before_the_encoder_trains(trained_bi):
+    report = json.loads((trained_bi / "train_report.json").read_text())
+    fit = report["cosine_head_fit"]
+    assert fit["loss_after"] < fit["loss_before"] and fit["pairs"] == report["n_examples"]["trained_on"]
+    head = json.loads((trained_bi / "cosine_head.json").read_text())
+    assert len(head["weight"]) == len(head["bias"]) == 3 and head["pooling"] == "mean"
+
+
+def test_cosine_student_reloads_exports_and_serves_the_same_scores(trained_bi, sample_pairs_file, tmp_path):
+    from r3edge.cli import main
+    from r3edge.core.scoring import score_pairs
+    from r3edge.model.runtimes import load_runtime
+    from r3edge.model.student import lm_score_fn, load_student
+
+    lm, scorer = load_student(trained_bi)
+    assert type(lm).__name__ == "CosineStudent" and scorer.spec.head == "cosine"
+    queries = [QUERY] * len(DOCS)
+    ref = lm_score_fn(lm, scorer)(queries, DOCS)
+    torch_rt = load_runtime(trained_bi, backend="torch")
+    np.testing.assert_allclose(score_pairs(torch_rt.scorer, torch_rt.label_logits, queries, DOCS), ref, atol=1e-5)
+
+    out = tmp_path / "artifact"
+    assert main(["export", str(trained_bi), "--out", str(out), "--variants", "fp32,int8-smooth",
+                 "--calib", str(sample_pairs_file)]) == 0
+    report = json.loads((out / "export_report.json").read_text())
+    assert report["rejected"] == {} and report["variants"]["fp32"]["argmax_agreement"] == 1.0
+    assert report["variants"]["fp32"]["batch_invariance_max_abs_score_diff"] <= 1e-5
+    rt = load_runtime(out, variant="fp32")
+    got = score_pairs(rt.scorer, rt.label_logits, queries, DOCS)
+    np.testing.assert_allclose(got, ref, atol=1e-4)
+    # one pair alone scores as it does among its batchmates (segments never see the padding)
+    alone = score_pairs(rt.scorer, rt.label_logits, queries[:1], DOCS[:1])
+    np.testing.assert_allclose(alone[0], got[0], atol=1e-5)
