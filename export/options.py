@@ -7,6 +7,7 @@ CLI's ``--help`` never loads the exporter or torch (numpy and the quantization p
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, field_validator, model_validator
@@ -58,6 +59,12 @@ class ExportOptions(BaseModel):
     @classmethod
     def _variants(cls, v):
         return tuple(parse_variants(v))
+
+    @field_validator("calib_pairs", mode="before")
+    @classmethod
+    def _path(cls, v):
+        # callers pass a pathlib.Path (`r3edge demo`, `r3edge fidelity`); pydantic takes no Path for a str
+        return os.fspath(v) if isinstance(v, os.PathLike) else v
 
     @model_validator(mode="after")
     def _default_is_built(self):

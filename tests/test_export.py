@@ -6,6 +6,7 @@ import json
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -441,3 +442,5 @@ def test_export_flags_derive_from_export_options(capsys):
     with pytest.raises(InvalidInput) as exc:
         ExportOptions(variants="fp32", default="int8")
     assert exc.value.field == "default"
+    # `r3edge demo` and `r3edge fidelity` hand export_artifact a pathlib.Path
+    assert ExportOptions(calib_pairs=Path("runs/demo/pairs.jsonl")).calib_pairs == "runs/demo/pairs.jsonl"

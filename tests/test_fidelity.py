@@ -34,6 +34,27 @@ def test_baselines_score_the_input_order_and_the_majority_class():
     assert b["majority"]["macro_f1"] == pytest.approx(0.4)
 
 
+def test_a_scored_floor_ranks_by_its_expected_score_and_the_report_judges_students_against_it():
+    """The base-encoder floor: any Scoring's nDCG@10 on the gold pairs, and the demo report's verdict lines."""
+    from r3edge.benchmarks.report import first_stage_lines
+    from r3edge.benchmarks.systems import scored_floor
+    from r3edge.core.scoring import Scoring
+
+    # label logits that rank the texts z > x > y: q1's relevant post first, q2's second
+    def fn(queries, docs):
+        return np.asarray([{"z": [0.0, 0.0, 5.0], "x": [5.0, 0.0, 0.0], "y": [9.0, 0.0, 0.0]}[d] for d in docs])
+
+    floor = scored_floor(_queries(), Scoring("by-text", fn, label_values=(0, 1, 2)), (0.0, 1.0, 2.0))
+    assert floor["ndcg@10"] == pytest.approx((1.0 + 1 / np.log2(3)) / 2) and floor["system"] == "by-text"
+    results = {"settings": {"n_queries": 2},
+               "baselines": {**baselines(_queries(), (0, 1, 2)), "base_cosine": floor},
+               "systems": [{"kind": "student", "system": "student", "variant": "fp32",
+                            "accuracy": {"vs_gold": {"ndcg@10": 0.7}}}]}
+    lines = "\n".join(first_stage_lines(results))
+    assert f"by-text: its own pretrained weights, no training): nDCG@10 {floor['ndcg@10']:.3f}" in lines
+    assert "fp32: nDCG@10 0.700, not above the first-stage order (-0.050), not above its base encoder (-0.115)" in lines
+
+
 def test_results_have_the_issue_shape_and_the_report_files(tmp_path):
     row = {"kind": "student", "variant": "fp32", "latency_ms": {"p50": 120.0, "p95": 150.0}, "pairs_per_s": 800.0,
            "latency_source": "measured over gRPC",

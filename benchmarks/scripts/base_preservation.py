@@ -1,0 +1,153 @@
+"""Does distillation keep what the student's base model knew? Cross-encoder vs cosine student, in and out of domain.
+
+Each student config is trained by ``r3edge train`` (the code users run) on the same labels of
+SemEval-2016 CQA subtask C train questions, then ranks four graded sets next to its untrained base
+(the packaged all-MiniLM-L6-v2 by cosine) and the first-stage order:
+
+* C dev (questions vs comments: the training task, other questions);
+* B dev (questions vs related questions) and A dev (related questions vs their comments): the same
+  forum, other tasks;
+* the demo's held-back UGC requests (`r3edge demo`'s generator, seed 0): another domain entirely.
+
+The labels are a *gold proxy*: each pair's gold label with ``--smoothing`` spread over the others,
+written as a labels directory. A perfect teacher isolates what fine-tuning itself does to the base;
+a real judge's labels of SemEval need a GPU (issue 21) and drop in with ``--labels``. nDCG@10 is
+r3edge's own (``r3edge.core.metrics``), scores come from the torch scoring graph (``lm_score_fn``),
+the path export is checked against.
+
+    .venv/bin/python benchmarks/scripts/base_preservation.py --out benchmarks/results/base-preservation-cpu-2core
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+
+from r3edge.benchmarks.machine import machine_info
+from r3edge.core.labels import write_manifest, write_shard
+from r3edge.core.metrics import ndcg_at_k
+from r3edge.core.pairs import QueryCandidates
+from r3edge.distill.datasets import sample_queries, semeval_queries
+from r3edge.distill.ugc import generate
+
+
+def proxy_labels(out: Path, queries: list[QueryCandidates], smoothing: float) -> Path:
+    """A complete labels directory whose teacher distribution is each pair's gold label, smoothed."""
+    if (out / "manifest.json").is_file():
+        return out
+    out.mkdir(parents=True)
+    records = []
+    for q in queries:
+        for c in q.candidates:
+            probs = [smoothing / 2] * 3
+            probs[c.label] = 1 - smoothing
+            records.append(dict(qid=q.qid, docid=c.docid, query=q.query, text=c.text, gold=c.label, judge="gold-proxy",
+                                teacher_model=f"gold labels, smoothing {smoothing}", probs=probs, score=c.label,
+                                format_ok=True))
+    write_shard(out, records)
+    write_manifest(out, {"judge": "gold-proxy", "teacher_model": "gold", "n_pairs": len(records),
+                         "n_done": len(records), "complete": True})
+    return out
+
+
+def ndcg(scoring, queries: list[QueryCandidates]) -> float:
+    pairs = [(q, c) for q in queries for c in q.candidates]
+    logits = scoring([q.query for q, _ in pairs], [c.text for _, c in pairs])
+    _, score = scoring.scorer.relevance(logits)
+    gains = np.asarray([c.label for _, c in pairs], dtype=np.float64)
+    return ndcg_at_k(gains, score, [q.qid for q, _ in pairs])["ndcg@10"]
+
+
+def first_stage(queries: list[QueryCandidates]) -> float:
+    pairs = [(q, c) for q in queries for c in q.candidates]
+    gains = np.asarray([c.label for _, c in pairs], dtype=np.float64)
+    return ndcg_at_k(gains, -np.asarray([c.rank for _, c in pairs], dtype=np.float64), [q.qid for q, _ in pairs])["ndcg@10"]
+
+
+def main() -> None:
+    from r3edge.core.config import StudentConfig, load_yaml
+    from r3edge.distill.train import train_student
+    from r3edge.model.student import base_cosine_scoring, lm_score_fn, load_student
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--data", default="../shared/data/semeval2016-cqa")
+    ap.add_argument("--out", default="benchmarks/results/base-preservation-cpu-2core")
+    ap.add_argument("--work", default="runs/base-preservation", help="labels and trained students")
+    ap.add_argument("--students", default="minilm-cqa,minilm-cqa-bi")
+    ap.add_argument("--train-queries", type=int, default=10, help="C train questions labelled (x100 comments)")
+    ap.add_argument("--c-dev-queries", type=int, default=20)
+    ap.add_argument("--a-dev-queries", type=int, default=60)
+    ap.add_argument("--smoothing", type=float, default=0.15)
+    ap.add_argument("--labels", default=None, help="a real teacher's labels directory instead of the gold proxy")
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args()
+
+    work, out = Path(args.work), Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    sets = {
+        "C dev": sample_queries(semeval_queries(args.data, "C", "dev"), args.c_dev_queries, args.seed),
+        "B dev": semeval_queries(args.data, "B", "dev"),
+        "A dev": sample_queries(semeval_queries(args.data, "A", "dev"), args.a_dev_queries, args.seed),
+        "demo held-back (UGC)": generate(10, 100, seed=0, start=20),
+    }
+    train_q = sample_queries(semeval_queries(args.data, "C", "train"), args.train_queries, args.seed)
+    labels = Path(args.labels) if args.labels else proxy_labels(work / "labels", train_q, args.smoothing)
+    names = [n for n in args.students.split(",") if n]
+    rows = [{"system": "first-stage order", **{k: first_stage(v) for k, v in sets.items()}}]
+    base = base_cosine_scoring(load_yaml(names[0], StudentConfig))
+    rows.append({"system": f"base: {base.name}", **{k: ndcg(base, v) for k, v in sets.items()}})
+    for name in names:
+        student = work / "students" / name
+        t0 = time.time()
+        if not (student / "scorer.json").is_file():
+            train_student(labels, name, student)
+        report = json.loads((student / "train_report.json").read_text())
+        lm, scorer = load_student(student)
+        scoring = lm_score_fn(lm.eval(), scorer, name=name)
+        rows.append({"system": f"{name} ({load_yaml(name, StudentConfig).model.kind}), trained",
+                     **{k: ndcg(scoring, v) for k, v in sets.items()},
+                     "train_pairs": report["n_examples"]["trained_on"], "train_s": report["wall_time_s"],
+                     "wall_s": round(time.time() - t0, 1)})
+        print(json.dumps(rows[-1]), flush=True)
+    results = {"machine": machine_info(), "labels": str(labels), "gold_proxy": args.labels is None,
+               "smoothing": args.smoothing, "train_queries": len(train_q),
+               "sets": {k: {"queries": len(v), "pairs": sum(len(q.candidates) for q in v)} for k, v in sets.items()},
+               "rows": rows}
+    (out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
+    (out / "report.md").write_text(markdown(results, args))
+    print((out / "report.md").read_text())
+
+
+def markdown(results: dict, args) -> str:
+    m, sets = results["machine"], list(results["sets"])
+    base = next(r for r in results["rows"] if r["system"].startswith("base:"))
+    head = ["system"] + sets
+    lines = ["# Does distillation keep what the base knew? (nDCG@10)", "",
+             f"Machine: {m['cpu']}, {m['cores_usable']} cores, {m['ram_gib']} GiB, no GPU; {m['timestamp']}.", "",
+             "Teacher: " + (f"gold proxy (each pair's gold label, smoothing {results['smoothing']})"
+                            if results["gold_proxy"] else results["labels"])
+             + f" on {results['train_queries']} SemEval C train questions x 100 comments.", "",
+             "Sets: " + "; ".join(f"{k} {v['queries']} queries / {v['pairs']} pairs" for k, v in results["sets"].items()),
+             "", "| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
+    for r in results["rows"]:
+        cells = [f"{r[k]:.3f}" + ("" if r is base or r["system"] == "first-stage order"
+                                  else f" ({r[k] - base[k]:+.3f})") for k in sets]
+        lines.append("| " + " | ".join([r["system"], *cells]) + " |")
+    lines += ["", "In brackets: the difference from the base encoder by cosine (no training).", ""]
+    for r in results["rows"]:
+        if "train_pairs" in r:
+            kept = [k for k in sets if r[k] >= base[k] - 0.01]
+            lines.append(f"- {r['system']}: trained on {r['train_pairs']} pairs in {r['train_s']:.0f} s; within 0.01 of "
+                         f"its base or above on {len(kept)} of {len(sets)} sets ({', '.join(kept) or 'none'}).")
+    cmd = ("python benchmarks/scripts/base_preservation.py --out " + str(args.out) + f" --students {args.students} "
+           f"--train-queries {args.train_queries} --c-dev-queries {args.c_dev_queries} --a-dev-queries {args.a_dev_queries}")
+    lines += ["", f"Reproduce: `{cmd}`", ""]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    main()
