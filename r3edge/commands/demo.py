@@ -4,7 +4,7 @@ The teacher's judgement comes from a cold start (``r3edge teacher sft``) on trac
 embedded data's gold labels: SmolLM2-135M-Instruct does not judge zero-shot (it ranked the demo's
 pairs below chance), and templated gold traces teach it the R³A format and the labels (not
 reasoning). The student then learns the cold-started teacher's label distribution (mixed with gold
-labels where its config sets train.gold_weight; the demo's does, and its report says so).
+labels only where its config sets train.gold_weight; the demo's does not, and its report says which).
 
 Every stage writes its output under --out. A rerun with the same --out rewrites the pairs files
 (the same seed gives the same pairs), skips the cold start, training and export whose output

@@ -238,8 +238,7 @@ def base_cosine_scoring(config: StudentConfig) -> Scoring | None:
         "scorer": config.scorer.model_copy(update={"max_total_tokens": config.scorer.max_total_tokens + extra}),
     })
     lm, scorer = create_student(base)
-    scoring = lm_score_fn(lm.eval(), scorer, name=f"{spec.pretrained} (cosine, no training)")
-    return scoring
+    return lm_score_fn(lm.eval(), scorer, name=str(spec.pretrained))
 
 
 def vocab_size(model: nn.Module) -> int:
