@@ -134,11 +134,19 @@ class BestEpoch(TrainerCallback):
             self.model.load_state_dict(self.state)
 
 
-def distillation_loss(model: torch.nn.Module, inputs: dict[str, torch.Tensor], *, temperature: float = 1.0,
-                      gold_weight: float = 0.0, label_values: tuple[float, ...] = (), listwise_weight: float = 0.0,
-                      listwise_temperature: float = 1.0, margin_mse_weight: float = 0.0,
-                      ) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(loss, label logits)`` for a collated batch: KL(teacher ‖ softmax(label logits)), batch-mean.
+def distillation_loss(model: torch.nn.Module, inputs: dict[str, torch.Tensor], **settings) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(loss, label logits)`` for a collated batch: :func:`logits_loss` (its keywords are ``settings``)
+    on the label logits of ``model``, a scoring module. The loss sees only its ``[batch, n_labels]``
+    output, so nothing else of an LM head receives a gradient."""
+    logits = model(inputs["input_ids"], inputs["attention_mask"]).float()
+    return logits_loss(logits, inputs, **settings), logits
+
+
+def logits_loss(logits: torch.Tensor, inputs: dict[str, torch.Tensor], *, temperature: float = 1.0,
+                gold_weight: float = 0.0, label_values: tuple[float, ...] = (), listwise_weight: float = 0.0,
+                listwise_temperature: float = 1.0, margin_mse_weight: float = 0.0) -> torch.Tensor:
+    """KL(teacher ‖ softmax(label logits)), batch-mean, plus the ranking terms; ``inputs`` needs
+    ``teacher_probs`` (and ``gold``, ``group`` where their weights are set), no ids.
 
     At temperature ``T`` both sides are tempered (teacher ``p^(1/T)`` renormalised, student
     ``logits / T``) and the KL is scaled by ``T²`` so its gradients keep their size (Hinton et al.).
@@ -146,19 +154,8 @@ def distillation_loss(model: torch.nn.Module, inputs: dict[str, torch.Tensor], *
     and :func:`~r3edge.distill.losses.margin_mse` on the expected scores (``label_values``) of the
     rows that share a ``group`` (a query). With ``gold_weight`` w > 0 the loss is
     ``(1 - w)·teacher terms + w·CE(logits, gold)``, the CE averaged over the rows that have a gold
-    label (``gold`` ≥ 0). ``model`` is a scoring module; the loss sees only its ``[batch, n_labels]``
-    output, so nothing else of an LM head receives a gradient.
+    label (``gold`` ≥ 0).
     """
-    logits = model(inputs["input_ids"], inputs["attention_mask"]).float()
-    return logits_loss(logits, inputs, temperature=temperature, gold_weight=gold_weight, label_values=label_values,
-                       listwise_weight=listwise_weight, listwise_temperature=listwise_temperature,
-                       margin_mse_weight=margin_mse_weight), logits
-
-
-def logits_loss(logits: torch.Tensor, inputs: dict[str, torch.Tensor], *, temperature: float = 1.0,
-                gold_weight: float = 0.0, label_values: tuple[float, ...] = (), listwise_weight: float = 0.0,
-                listwise_temperature: float = 1.0, margin_mse_weight: float = 0.0) -> torch.Tensor:
-    """:func:`distillation_loss` on label logits already computed (``inputs`` needs no ids)."""
     target = inputs["teacher_probs"]
     if listwise_weight > 0 or margin_mse_weight > 0:
         values = torch.tensor(label_values, dtype=torch.float32, device=logits.device)
