@@ -127,7 +127,8 @@ def markdown(results: dict, args) -> str:
     base = next(r for r in results["rows"] if r["system"].startswith("base:"))
     head = ["system"] + sets
     lines = ["# Does distillation keep what the base knew? (nDCG@10)", "",
-             f"Machine: {m['cpu']}, {m['cores_usable']} cores, {m['ram_gib']} GiB, no GPU; {m['timestamp']}.", "",
+             f"Machine: {m['cpu']} ({' '.join(m.get('cpu_flags') or [])}), {m['cores_usable']} cores, {m['ram_gib']} GiB, "
+             f"no GPU; {m['timestamp']}. Scores: the torch scoring graph, fp32.", "",
              "Teacher: " + (f"gold proxy (each pair's gold label, smoothing {results['smoothing']})"
                             if results["gold_proxy"] else results["labels"])
              + f" on {results['train_queries']} SemEval C train questions x 100 comments.", "",
