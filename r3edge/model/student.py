@@ -180,7 +180,7 @@ class CosineScorer(nn.Module):
         encoder = self.student.encoder
         dtype = next(encoder.parameters()).dtype
         same = (segment.unsqueeze(-1) == segment.unsqueeze(-2)).unsqueeze(1)
-        mask = torch.zeros(same.shape, dtype=dtype).masked_fill(~same, torch.finfo(dtype).min)
+        mask = torch.zeros(same.shape, dtype=dtype, device=same.device).masked_fill(~same, torch.finfo(dtype).min)
         hidden = encoder(input_ids=input_ids, attention_mask=mask, position_ids=positions,
                          token_type_ids=torch.zeros_like(input_ids)).last_hidden_state.float()
 
