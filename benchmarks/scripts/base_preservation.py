@@ -25,11 +25,9 @@ import json
 import time
 from pathlib import Path
 
-import numpy as np
-
 from r3edge.benchmarks.machine import machine_info
+from r3edge.benchmarks.systems import baselines, scored_floor
 from r3edge.core.labels import write_manifest, write_shard
-from r3edge.core.metrics import ndcg_at_k
 from r3edge.core.pairs import QueryCandidates
 from r3edge.distill.datasets import sample_queries, semeval_queries
 from r3edge.distill.ugc import generate
@@ -52,20 +50,6 @@ def proxy_labels(out: Path, queries: list[QueryCandidates], smoothing: float) ->
     write_manifest(out, {"judge": "gold-proxy", "teacher_model": "gold", "n_pairs": len(records),
                          "n_done": len(records), "complete": True})
     return out
-
-
-def ndcg(scoring, queries: list[QueryCandidates]) -> float:
-    pairs = [(q, c) for q in queries for c in q.candidates]
-    logits = scoring([q.query for q, _ in pairs], [c.text for _, c in pairs])
-    _, score = scoring.scorer.relevance(logits)
-    gains = np.asarray([c.label for _, c in pairs], dtype=np.float64)
-    return ndcg_at_k(gains, score, [q.qid for q, _ in pairs])["ndcg@10"]
-
-
-def first_stage(queries: list[QueryCandidates]) -> float:
-    pairs = [(q, c) for q in queries for c in q.candidates]
-    gains = np.asarray([c.label for _, c in pairs], dtype=np.float64)
-    return ndcg_at_k(gains, -np.asarray([c.rank for _, c in pairs], dtype=np.float64), [q.qid for q, _ in pairs])["ndcg@10"]
 
 
 def main() -> None:
@@ -97,7 +81,12 @@ def main() -> None:
     train_q = sample_queries(semeval_queries(args.data, "C", "train"), args.train_queries, args.seed)
     labels = Path(args.labels) if args.labels else proxy_labels(work / "labels", train_q, args.smoothing)
     names = [n for n in args.students.split(",") if n]
-    rows = [{"system": "first-stage order", **{k: first_stage(v) for k, v in sets.items()}}]
+    values = (0.0, 1.0, 2.0)  # SemEval's grades and the demo's are the gains, as in every r3edge report
+
+    def ndcg(scoring, queries: list[QueryCandidates]) -> float:
+        return scored_floor(queries, scoring, values)["ndcg@10"]
+
+    rows = [{"system": "first-stage order", **{k: baselines(v, values)["input_order"]["ndcg@10"] for k, v in sets.items()}}]
     base = base_cosine_scoring(load_yaml(names[0], StudentConfig))
     rows.append({"system": f"base: {base.name}", **{k: ndcg(base, v) for k, v in sets.items()}})
     for name in names:
