@@ -48,6 +48,7 @@ def first_stage_lines(results: dict) -> list[str]:
                  f"nDCG@10 {order:.3f} on the same {results['settings']['n_queries']} queries."]
     base = (results.get("baselines") or {}).get("base_cosine")
     if base and base.get("ndcg@10") is not None:
+        lines.append("")  # its own paragraph: markdown would run it into the first-stage line
         lines.append(f"**The student's base encoder by cosine** ({base['system']}: its own pretrained weights, "
                      f"no training): nDCG@10 {base['ndcg@10']:.3f} on the same queries.")
     for r in results["systems"]:
