@@ -46,9 +46,12 @@ class DistillCollator:
     def __call__(self, features: list[dict]) -> dict[str, torch.Tensor]:
         encoded = [Encoded(f["input_ids"], f["doc_tokens"], f["doc_tokens_dropped"]) for f in features]
         ids, mask = self.scorer.collate(encoded)
+        return {"input_ids": torch.from_numpy(ids), "attention_mask": torch.from_numpy(mask), **self.targets(features)}
+
+    @staticmethod
+    def targets(features: list[dict]) -> dict[str, torch.Tensor]:
+        """What the loss compares the logits with: teacher probs, gold labels (-1: none) and each row's query."""
         return {
-            "input_ids": torch.from_numpy(ids),
-            "attention_mask": torch.from_numpy(mask),
             "teacher_probs": torch.tensor([f["teacher_probs"] for f in features], dtype=torch.float32),
             "gold": torch.tensor([f.get("gold", -1) for f in features], dtype=torch.long),
             # the row's query (rows without one are each a group of their own: no ranking term)
@@ -205,8 +208,7 @@ def fit_cosine_head(graph: torch.nn.Module, collator: DistillCollator, dataset: 
             batch = collator([rows[i] for i in idx])
             cos[idx] = graph.cosines(batch["input_ids"], batch["attention_mask"]).float()
     graph.train(was_training)
-    everything = collator(rows)
-    inputs = {k: everything[k] for k in ("teacher_probs", "gold", "group")}
+    inputs = collator.targets(rows)
     head = graph.student.head
     settings = _loss_settings(tp, label_values)
     with torch.no_grad():
