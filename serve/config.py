@@ -11,12 +11,12 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from r3edge.core.config import resolve_config, validated
-from r3edge.core.scoring import DEFAULT_MAX_BATCH_SIZE, DEFAULT_MAX_BATCH_TOKENS, GPU_MAX_BATCH_TOKENS
+from r3edge.core.scoring import DEFAULT_MAX_BATCH_SIZE, DEFAULT_MAX_BATCH_TOKENS, GPU_MAX_BATCH_TOKENS, Overflow
 
 ENV_PREFIX = "R3EDGE_"
 
@@ -25,21 +25,44 @@ class ServeConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     artifact: str = Field(description="artifact directory written by `r3edge export`")
-    host: str = Field("127.0.0.1", description="address to bind; 0.0.0.0 to listen on all interfaces")
-    port: int = Field(50051, ge=0, le=65535, description="port to bind; 0 picks a free one")
+    host: str = Field("127.0.0.1", description="address to bind; 0.0.0.0 to listen on all interfaces (needs TLS, a token "
+                      "or --insecure)")
+    port: int = Field(50051, ge=0, le=65535, description="gRPC port to bind; 0 picks a free one")
+    http_port: int | None = Field(None, ge=0, le=65535, description="also serve HTTP (Cohere-compatible /v1/rerank and "
+                                  "/v2/rerank, /health, /metrics) on this port, same engine; 0 picks a free one")
+    metrics_port: int | None = Field(None, ge=0, le=65535, description="serve Prometheus /metrics on this port "
+                                     "(plain HTTP, no auth; 0 picks a free one)")
     variant: str | None = Field(None, description="model variant in the artifact (fp32, int8, ...); default: the manifest's")
-    threads: int | None = Field(None, ge=1, description="intra-op threads of the runtime")
+    threads: int | None = Field(None, ge=1, description="intra-op threads of the runtime; unset: every CPU this process may use")
     prefix_reuse: bool = Field(True, description="score a causal student's shared prefix (template head + query) once "
                                "per request when the artifact has prefix-reuse graphs (`r3edge export --prefix-reuse`)")
     max_batch_tokens: int | None = Field(None, ge=1, description="padded-token budget of one micro-batch; unset: "
                                          f"{DEFAULT_MAX_BATCH_TOKENS} (measured fastest on CPU), {GPU_MAX_BATCH_TOKENS} "
                                          "when the session runs on a GPU provider")
     max_batch_size: int = Field(DEFAULT_MAX_BATCH_SIZE, ge=1, description="pairs in one micro-batch at most")
+    max_batch_wait_s: float = Field(0.002, ge=0, description="seconds a micro-batch may wait for more pairs (of any "
+                                    "request) when the queue holds less than its budget")
+    max_queue_delay_s: float = Field(2.0, gt=0, description="refuse a request at once (RESOURCE_EXHAUSTED / HTTP 429, "
+                                     "with a retry hint) when the work queued before it would take longer than this "
+                                     "to drain at the measured rate")
     max_candidates: int = Field(1000, ge=1, description="candidates in one request at most")
-    max_concurrent_requests: int = Field(2, ge=1, description="requests scored at the same time")
-    max_queued_requests: int = Field(32, ge=0, description="requests waiting for a scoring slot; more -> RESOURCE_EXHAUSTED")
+    max_concurrent_requests: int = Field(512, ge=1, description="requests admitted at once (queued or scoring); more -> "
+                                         "RESOURCE_EXHAUSTED")
+    truncation: Overflow = Field("truncate", description="a query or document over the scoring contract's budget: "
+                                 "'truncate' cuts it (the response says which) or 'reject' refuses the request")
     max_message_mb: int = Field(32, ge=1, description="largest request message in MiB")
     grace_period_s: float = Field(10.0, ge=0, description="seconds in-flight requests get to finish on shutdown")
+    prestop_delay_s: float = Field(0.0, ge=0, description="on SIGTERM, seconds to keep serving while health reports "
+                                   "NOT_SERVING (so load balancers stop routing) before draining")
+    tls_cert: str | None = Field(None, description="PEM certificate chain: serve gRPC and HTTP over TLS (with --tls-key)")
+    tls_key: str | None = Field(None, description="PEM private key of --tls-cert")
+    tls_client_ca: str | None = Field(None, description="PEM CA bundle: require client certificates signed by it (mutual TLS)")
+    auth_token: str | None = Field(None, description="bearer token every Rerank/ScorePairs/ModelInfo call and HTTP "
+                                   "request must send (Authorization: Bearer ...); health stays open; prefer the env "
+                                   "variable or --auth-token-file over a flag")
+    auth_token_file: str | None = Field(None, description="file holding bearer tokens, one per line (any of them is accepted)")
+    insecure: bool = Field(False, description="allow binding a non-loopback address without TLS and without a token")
+    log_format: Literal["text", "json"] = Field("text", description="log lines as text or as JSON objects (with request ids)")
 
     @classmethod
     def yaml_template(cls) -> str:

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19r3edge/api/reranker.proto\x12\tr3edge.v1\"%\n\tCandidate\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0c\n\x04text\x18\x02 \x01(\t\"W\n\rRerankRequest\x12\r\n\x05query\x18\x01 \x01(\t\x12(\n\ncandidates\x18\x02 \x03(\x0b\x32\x14.r3edge.v1.Candidate\x12\r\n\x05top_k\x18\x03 \x01(\x05\"G\n\x06Result\x12\n\n\x02id\x18\x01 \x01(\t\x12\r\n\x05index\x18\x02 \x01(\r\x12\r\n\x05score\x18\x03 \x01(\x01\x12\x13\n\x0blabel_probs\x18\x04 \x03(\x02\"W\n\x06Timing\x12\x10\n\x08queue_ms\x18\x01 \x01(\x01\x12\x13\n\x0btokenize_ms\x18\x02 \x01(\x01\x12\x14\n\x0cinference_ms\x18\x03 \x01(\x01\x12\x10\n\x08total_ms\x18\x04 \x01(\x01\"~\n\x0eRerankResponse\x12\"\n\x07results\x18\x01 \x03(\x0b\x32\x11.r3edge.v1.Result\x12\r\n\x05model\x18\x02 \x01(\t\x12!\n\x06timing\x18\x03 \x01(\x0b\x32\x11.r3edge.v1.Timing\x12\x16\n\x0etruncated_docs\x18\x04 \x01(\r\"5\n\x11ScorePairsRequest\x12\r\n\x05query\x18\x01 \x01(\t\x12\x11\n\tdocuments\x18\x02 \x03(\t\"/\n\tPairScore\x12\r\n\x05score\x18\x01 \x01(\x01\x12\x13\n\x0blabel_probs\x18\x02 \x03(\x02\"\x84\x01\n\x12ScorePairsResponse\x12$\n\x06scores\x18\x01 \x03(\x0b\x32\x14.r3edge.v1.PairScore\x12\r\n\x05model\x18\x02 \x01(\t\x12!\n\x06timing\x18\x03 \x01(\x0b\x32\x11.r3edge.v1.Timing\x12\x16\n\x0etruncated_docs\x18\x04 \x01(\r\"\x12\n\x10ModelInfoRequest\"\x90\x01\n\x06Limits\x12\x16\n\x0emax_candidates\x18\x01 \x01(\r\x12\x18\n\x10max_batch_tokens\x18\x02 \x01(\r\x12\x16\n\x0emax_batch_size\x18\x03 \x01(\r\x12\x1f\n\x17max_concurrent_requests\x18\x04 \x01(\r\x12\x1b\n\x13max_queued_requests\x18\x05 \x01(\r\"\xaf\x02\n\x11ModelInfoResponse\x12\x10\n\x08\x61rtifact\x18\x01 \x01(\t\x12\x0f\n\x07variant\x18\x02 \x01(\t\x12\x0f\n\x07runtime\x18\x03 \x01(\t\x12\x14\n\x0clabel_tokens\x18\x04 \x03(\t\x12\x14\n\x0clabel_values\x18\x05 \x03(\x02\x12\x18\n\x10max_query_tokens\x18\x06 \x01(\r\x12\x16\n\x0emax_doc_tokens\x18\x07 \x01(\r\x12\x18\n\x10max_total_tokens\x18\x08 \x01(\r\x12\x1a\n\x12scorer_fingerprint\x18\t \x01(\t\x12!\n\x06limits\x18\n \x01(\x0b\x32\x11.r3edge.v1.Limits\x12\x14\n\x0ctorch_loaded\x18\x0b \x01(\x08\x12\x19\n\x11runtime_info_json\x18\x0c \x01(\t2\xdc\x01\n\x08Reranker\x12=\n\x06Rerank\x12\x18.r3edge.v1.RerankRequest\x1a\x19.r3edge.v1.RerankResponse\x12I\n\nScorePairs\x12\x1c.r3edge.v1.ScorePairsRequest\x1a\x1d.r3edge.v1.ScorePairsResponse\x12\x46\n\tModelInfo\x12\x1b.r3edge.v1.ModelInfoRequest\x1a\x1c.r3edge.v1.ModelInfoResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19r3edge/api/reranker.proto\x12\tr3edge.v1\"%\n\tCandidate\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0c\n\x04text\x18\x02 \x01(\t\"W\n\rRerankRequest\x12\r\n\x05query\x18\x01 \x01(\t\x12(\n\ncandidates\x18\x02 \x03(\x0b\x32\x14.r3edge.v1.Candidate\x12\r\n\x05top_k\x18\x03 \x01(\x05\"Z\n\x06Result\x12\n\n\x02id\x18\x01 \x01(\t\x12\r\n\x05index\x18\x02 \x01(\r\x12\r\n\x05score\x18\x03 \x01(\x01\x12\x13\n\x0blabel_probs\x18\x04 \x03(\x02\x12\x11\n\ttruncated\x18\x05 \x01(\x08\"W\n\x06Timing\x12\x10\n\x08queue_ms\x18\x01 \x01(\x01\x12\x13\n\x0btokenize_ms\x18\x02 \x01(\x01\x12\x14\n\x0cinference_ms\x18\x03 \x01(\x01\x12\x10\n\x08total_ms\x18\x04 \x01(\x01\"\x97\x01\n\x0eRerankResponse\x12\"\n\x07results\x18\x01 \x03(\x0b\x32\x11.r3edge.v1.Result\x12\r\n\x05model\x18\x02 \x01(\t\x12!\n\x06timing\x18\x03 \x01(\x0b\x32\x11.r3edge.v1.Timing\x12\x16\n\x0etruncated_docs\x18\x04 \x01(\r\x12\x17\n\x0fquery_truncated\x18\x05 \x01(\x08\"5\n\x11ScorePairsRequest\x12\r\n\x05query\x18\x01 \x01(\t\x12\x11\n\tdocuments\x18\x02 \x03(\t\"B\n\tPairScore\x12\r\n\x05score\x18\x01 \x01(\x01\x12\x13\n\x0blabel_probs\x18\x02 \x03(\x02\x12\x11\n\ttruncated\x18\x03 \x01(\x08\"\x9d\x01\n\x12ScorePairsResponse\x12$\n\x06scores\x18\x01 \x03(\x0b\x32\x14.r3edge.v1.PairScore\x12\r\n\x05model\x18\x02 \x01(\t\x12!\n\x06timing\x18\x03 \x01(\x0b\x32\x11.r3edge.v1.Timing\x12\x16\n\x0etruncated_docs\x18\x04 \x01(\r\x12\x17\n\x0fquery_truncated\x18\x05 \x01(\x08\"\x12\n\x10ModelInfoRequest\"\xc4\x01\n\x06Limits\x12\x16\n\x0emax_candidates\x18\x01 \x01(\r\x12\x18\n\x10max_batch_tokens\x18\x02 \x01(\r\x12\x16\n\x0emax_batch_size\x18\x03 \x01(\r\x12\x1f\n\x17max_concurrent_requests\x18\x04 \x01(\r\x12\x1a\n\x12max_queue_delay_ms\x18\x06 \x01(\x01\x12\x19\n\x11max_batch_wait_ms\x18\x07 \x01(\x01\x12\x12\n\ntruncation\x18\x08 \x01(\tJ\x04\x08\x05\x10\x06\"\xaf\x02\n\x11ModelInfoResponse\x12\x10\n\x08\x61rtifact\x18\x01 \x01(\t\x12\x0f\n\x07variant\x18\x02 \x01(\t\x12\x0f\n\x07runtime\x18\x03 \x01(\t\x12\x14\n\x0clabel_tokens\x18\x04 \x03(\t\x12\x14\n\x0clabel_values\x18\x05 \x03(\x02\x12\x18\n\x10max_query_tokens\x18\x06 \x01(\r\x12\x16\n\x0emax_doc_tokens\x18\x07 \x01(\r\x12\x18\n\x10max_total_tokens\x18\x08 \x01(\r\x12\x1a\n\x12scorer_fingerprint\x18\t \x01(\t\x12!\n\x06limits\x18\n \x01(\x0b\x32\x11.r3edge.v1.Limits\x12\x14\n\x0ctorch_loaded\x18\x0b \x01(\x08\x12\x19\n\x11runtime_info_json\x18\x0c \x01(\t2\xdc\x01\n\x08Reranker\x12=\n\x06Rerank\x12\x18.r3edge.v1.RerankRequest\x1a\x19.r3edge.v1.RerankResponse\x12I\n\nScorePairs\x12\x1c.r3edge.v1.ScorePairsRequest\x1a\x1d.r3edge.v1.ScorePairsResponse\x12\x46\n\tModelInfo\x12\x1b.r3edge.v1.ModelInfoRequest\x1a\x1c.r3edge.v1.ModelInfoResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -36,23 +36,23 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_RERANKREQUEST']._serialized_start=79
   _globals['_RERANKREQUEST']._serialized_end=166
   _globals['_RESULT']._serialized_start=168
-  _globals['_RESULT']._serialized_end=239
-  _globals['_TIMING']._serialized_start=241
-  _globals['_TIMING']._serialized_end=328
-  _globals['_RERANKRESPONSE']._serialized_start=330
-  _globals['_RERANKRESPONSE']._serialized_end=456
-  _globals['_SCOREPAIRSREQUEST']._serialized_start=458
-  _globals['_SCOREPAIRSREQUEST']._serialized_end=511
-  _globals['_PAIRSCORE']._serialized_start=513
-  _globals['_PAIRSCORE']._serialized_end=560
-  _globals['_SCOREPAIRSRESPONSE']._serialized_start=563
-  _globals['_SCOREPAIRSRESPONSE']._serialized_end=695
-  _globals['_MODELINFOREQUEST']._serialized_start=697
-  _globals['_MODELINFOREQUEST']._serialized_end=715
-  _globals['_LIMITS']._serialized_start=718
-  _globals['_LIMITS']._serialized_end=862
-  _globals['_MODELINFORESPONSE']._serialized_start=865
-  _globals['_MODELINFORESPONSE']._serialized_end=1168
-  _globals['_RERANKER']._serialized_start=1171
-  _globals['_RERANKER']._serialized_end=1391
+  _globals['_RESULT']._serialized_end=258
+  _globals['_TIMING']._serialized_start=260
+  _globals['_TIMING']._serialized_end=347
+  _globals['_RERANKRESPONSE']._serialized_start=350
+  _globals['_RERANKRESPONSE']._serialized_end=501
+  _globals['_SCOREPAIRSREQUEST']._serialized_start=503
+  _globals['_SCOREPAIRSREQUEST']._serialized_end=556
+  _globals['_PAIRSCORE']._serialized_start=558
+  _globals['_PAIRSCORE']._serialized_end=624
+  _globals['_SCOREPAIRSRESPONSE']._serialized_start=627
+  _globals['_SCOREPAIRSRESPONSE']._serialized_end=784
+  _globals['_MODELINFOREQUEST']._serialized_start=786
+  _globals['_MODELINFOREQUEST']._serialized_end=804
+  _globals['_LIMITS']._serialized_start=807
+  _globals['_LIMITS']._serialized_end=1003
+  _globals['_MODELINFORESPONSE']._serialized_start=1006
+  _globals['_MODELINFORESPONSE']._serialized_end=1309
+  _globals['_RERANKER']._serialized_start=1312
+  _globals['_RERANKER']._serialized_end=1532
 # @@protoc_insertion_point(module_scope)

@@ -25,16 +25,18 @@ class RerankRequest(_message.Message):
     def __init__(self, query: _Optional[str] = ..., candidates: _Optional[_Iterable[_Union[Candidate, _Mapping]]] = ..., top_k: _Optional[int] = ...) -> None: ...
 
 class Result(_message.Message):
-    __slots__ = ("id", "index", "score", "label_probs")
+    __slots__ = ("id", "index", "score", "label_probs", "truncated")
     ID_FIELD_NUMBER: _ClassVar[int]
     INDEX_FIELD_NUMBER: _ClassVar[int]
     SCORE_FIELD_NUMBER: _ClassVar[int]
     LABEL_PROBS_FIELD_NUMBER: _ClassVar[int]
+    TRUNCATED_FIELD_NUMBER: _ClassVar[int]
     id: str
     index: int
     score: float
     label_probs: _containers.RepeatedScalarFieldContainer[float]
-    def __init__(self, id: _Optional[str] = ..., index: _Optional[int] = ..., score: _Optional[float] = ..., label_probs: _Optional[_Iterable[float]] = ...) -> None: ...
+    truncated: bool
+    def __init__(self, id: _Optional[str] = ..., index: _Optional[int] = ..., score: _Optional[float] = ..., label_probs: _Optional[_Iterable[float]] = ..., truncated: _Optional[bool] = ...) -> None: ...
 
 class Timing(_message.Message):
     __slots__ = ("queue_ms", "tokenize_ms", "inference_ms", "total_ms")
@@ -49,16 +51,18 @@ class Timing(_message.Message):
     def __init__(self, queue_ms: _Optional[float] = ..., tokenize_ms: _Optional[float] = ..., inference_ms: _Optional[float] = ..., total_ms: _Optional[float] = ...) -> None: ...
 
 class RerankResponse(_message.Message):
-    __slots__ = ("results", "model", "timing", "truncated_docs")
+    __slots__ = ("results", "model", "timing", "truncated_docs", "query_truncated")
     RESULTS_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
     TIMING_FIELD_NUMBER: _ClassVar[int]
     TRUNCATED_DOCS_FIELD_NUMBER: _ClassVar[int]
+    QUERY_TRUNCATED_FIELD_NUMBER: _ClassVar[int]
     results: _containers.RepeatedCompositeFieldContainer[Result]
     model: str
     timing: Timing
     truncated_docs: int
-    def __init__(self, results: _Optional[_Iterable[_Union[Result, _Mapping]]] = ..., model: _Optional[str] = ..., timing: _Optional[_Union[Timing, _Mapping]] = ..., truncated_docs: _Optional[int] = ...) -> None: ...
+    query_truncated: bool
+    def __init__(self, results: _Optional[_Iterable[_Union[Result, _Mapping]]] = ..., model: _Optional[str] = ..., timing: _Optional[_Union[Timing, _Mapping]] = ..., truncated_docs: _Optional[int] = ..., query_truncated: _Optional[bool] = ...) -> None: ...
 
 class ScorePairsRequest(_message.Message):
     __slots__ = ("query", "documents")
@@ -69,42 +73,50 @@ class ScorePairsRequest(_message.Message):
     def __init__(self, query: _Optional[str] = ..., documents: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class PairScore(_message.Message):
-    __slots__ = ("score", "label_probs")
+    __slots__ = ("score", "label_probs", "truncated")
     SCORE_FIELD_NUMBER: _ClassVar[int]
     LABEL_PROBS_FIELD_NUMBER: _ClassVar[int]
+    TRUNCATED_FIELD_NUMBER: _ClassVar[int]
     score: float
     label_probs: _containers.RepeatedScalarFieldContainer[float]
-    def __init__(self, score: _Optional[float] = ..., label_probs: _Optional[_Iterable[float]] = ...) -> None: ...
+    truncated: bool
+    def __init__(self, score: _Optional[float] = ..., label_probs: _Optional[_Iterable[float]] = ..., truncated: _Optional[bool] = ...) -> None: ...
 
 class ScorePairsResponse(_message.Message):
-    __slots__ = ("scores", "model", "timing", "truncated_docs")
+    __slots__ = ("scores", "model", "timing", "truncated_docs", "query_truncated")
     SCORES_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
     TIMING_FIELD_NUMBER: _ClassVar[int]
     TRUNCATED_DOCS_FIELD_NUMBER: _ClassVar[int]
+    QUERY_TRUNCATED_FIELD_NUMBER: _ClassVar[int]
     scores: _containers.RepeatedCompositeFieldContainer[PairScore]
     model: str
     timing: Timing
     truncated_docs: int
-    def __init__(self, scores: _Optional[_Iterable[_Union[PairScore, _Mapping]]] = ..., model: _Optional[str] = ..., timing: _Optional[_Union[Timing, _Mapping]] = ..., truncated_docs: _Optional[int] = ...) -> None: ...
+    query_truncated: bool
+    def __init__(self, scores: _Optional[_Iterable[_Union[PairScore, _Mapping]]] = ..., model: _Optional[str] = ..., timing: _Optional[_Union[Timing, _Mapping]] = ..., truncated_docs: _Optional[int] = ..., query_truncated: _Optional[bool] = ...) -> None: ...
 
 class ModelInfoRequest(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
 
 class Limits(_message.Message):
-    __slots__ = ("max_candidates", "max_batch_tokens", "max_batch_size", "max_concurrent_requests", "max_queued_requests")
+    __slots__ = ("max_candidates", "max_batch_tokens", "max_batch_size", "max_concurrent_requests", "max_queue_delay_ms", "max_batch_wait_ms", "truncation")
     MAX_CANDIDATES_FIELD_NUMBER: _ClassVar[int]
     MAX_BATCH_TOKENS_FIELD_NUMBER: _ClassVar[int]
     MAX_BATCH_SIZE_FIELD_NUMBER: _ClassVar[int]
     MAX_CONCURRENT_REQUESTS_FIELD_NUMBER: _ClassVar[int]
-    MAX_QUEUED_REQUESTS_FIELD_NUMBER: _ClassVar[int]
+    MAX_QUEUE_DELAY_MS_FIELD_NUMBER: _ClassVar[int]
+    MAX_BATCH_WAIT_MS_FIELD_NUMBER: _ClassVar[int]
+    TRUNCATION_FIELD_NUMBER: _ClassVar[int]
     max_candidates: int
     max_batch_tokens: int
     max_batch_size: int
     max_concurrent_requests: int
-    max_queued_requests: int
-    def __init__(self, max_candidates: _Optional[int] = ..., max_batch_tokens: _Optional[int] = ..., max_batch_size: _Optional[int] = ..., max_concurrent_requests: _Optional[int] = ..., max_queued_requests: _Optional[int] = ...) -> None: ...
+    max_queue_delay_ms: float
+    max_batch_wait_ms: float
+    truncation: str
+    def __init__(self, max_candidates: _Optional[int] = ..., max_batch_tokens: _Optional[int] = ..., max_batch_size: _Optional[int] = ..., max_concurrent_requests: _Optional[int] = ..., max_queue_delay_ms: _Optional[float] = ..., max_batch_wait_ms: _Optional[float] = ..., truncation: _Optional[str] = ...) -> None: ...
 
 class ModelInfoResponse(_message.Message):
     __slots__ = ("artifact", "variant", "runtime", "label_tokens", "label_values", "max_query_tokens", "max_doc_tokens", "max_total_tokens", "scorer_fingerprint", "limits", "torch_loaded", "runtime_info_json")

@@ -1,9 +1,10 @@
-"""Serve an artifact over gRPC: Rerank (top-k), ScorePairs, ModelInfo, health and reflection.
+"""Serve an artifact over gRPC (Rerank, ScorePairs, ModelInfo, health, reflection) and, with
+--http-port, over HTTP (Cohere-compatible /v1/rerank and /v2/rerank), both on one scoring engine.
 
 Every flag can also be set as an environment variable R3EDGE_<FLAG> (e.g. R3EDGE_PORT=50052,
 R3EDGE_MAX_CANDIDATES=1000) or in a YAML file (--config default, or a path); flags win
 over the environment, which wins over the file. Blocks until SIGINT/SIGTERM, then reports
-NOT_SERVING and drains in-flight requests for --grace-period-s.
+NOT_SERVING, keeps serving for --prestop-delay-s, then drains in-flight requests for --grace-period-s.
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     for name, field in _fields().items():
         # values stay strings here, as env values do; ServeConfig validates both the same way
         kw = {"choices": list(get_args(field.annotation))} if get_origin(field.annotation) is Literal else {}
+        if field.annotation is bool:  # `--insecure` alone means true; `--prefix-reuse false` still parses
+            kw = {"nargs": "?", "const": "true"}
         default = f" (default {field.default})" if field.default is not None else ""
         # SUPPRESS: an absent flag is "not given" (env / YAML / ServeConfig decide), not a default of None
         parser.add_argument(f"--{name.replace('_', '-')}", dest=name, default=argparse.SUPPRESS,
@@ -39,14 +42,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     import asyncio
-    import logging
 
+    from r3edge.serve.access_log import configure_logging
     from r3edge.serve.config import ServeConfig
 
-    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     flags = {name: getattr(args, name, None) for name in _fields()}
     flags["artifact"] = args.artifact
     cfg = ServeConfig.resolve(flags, config_file=args.config)
+    configure_logging(args.log_level, cfg.log_format)
 
     from r3edge.serve.server import serve_until_signal
 

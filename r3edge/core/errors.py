@@ -66,7 +66,14 @@ class FormatError(R3EdgeError):
 
 
 class Overloaded(R3EdgeError):
+    """Refused on arrival: the work already queued would not drain in time. ``retry_after_s`` is the
+    server's estimate of when a retry could be admitted (gRPC push-back, HTTP Retry-After)."""
+
     kind = ErrorKind.OVERLOADED
+
+    def __init__(self, what: str, fix: str | None = None, *, retry_after_s: float | None = None, **kw):
+        super().__init__(what, fix, **kw)
+        self.retry_after_s = retry_after_s
 
 
 class Unavailable(R3EdgeError):

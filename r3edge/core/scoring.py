@@ -9,9 +9,12 @@ label_rows``) the tail ends exactly where the score token would be generated; fo
 cross-encoder (``head: classifier``) the pieces are ``[CLS]``, ``[SEP]`` and ``[SEP]``, which gives
 the ids of BERT's own pair encoding; for a bi-encoder student (``head: cosine``) they are ``[CLS]``,
 ``[SEP][CLS]`` and ``[SEP]``, two single-text encodings side by side. Each piece is tokenised on its own and the ids are concatenated,
-so the document can be cut on a token boundary while the query and the tail stay whole. A query
-longer than its budget is an error, never silently cut: a reranker that drops part of the query
-answers a different question.
+so the document can be cut on a token boundary while the query and the tail stay whole. What
+happens to input over its budget is the caller's policy (:data:`OVERFLOW`): training and evaluation
+cut documents and refuse an over-long query (a label learnt on a cut query would be a label for a
+different question); the server cuts both by default (forum questions often run past the query
+budget, and refusing a whole top-100 for it helps nobody) and reports what it cut. Either way the
+cut is the same one: the first tokens are kept, on a token boundary.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 import numpy as np
 
@@ -197,6 +200,7 @@ class Encoded:
     doc_tokens: int
     doc_tokens_dropped: int
     prefix_len: int = 0
+    query_tokens_dropped: int = 0
 
     @property
     def prefix(self) -> list[int]:
@@ -205,6 +209,12 @@ class Encoded:
     @property
     def suffix(self) -> list[int]:
         return self.input_ids[self.prefix_len :]
+
+
+#: What to do with a query or document over its token budget: cut it (keep the first tokens) or
+#: refuse it with an :class:`InvalidInput` naming the field.
+Overflow = Literal["truncate", "reject"]
+OVERFLOW: tuple[Overflow, ...] = ("truncate", "reject")
 
 
 def _load_tokenizer(path: Path):
@@ -336,25 +346,42 @@ class Scorer:
     def encode(self, query: str, document: str) -> Encoded:
         return self.encode_batch([query], [document])[0]
 
-    def encode_batch(self, queries: Sequence[str], documents: Sequence[str]) -> list[Encoded]:
-        """Token ids for each pair; the document is cut to fit, the query and tail never are."""
+    def encode_batch(self, queries: Sequence[str], documents: Sequence[str], *, query_overflow: Overflow = "reject",
+                     doc_overflow: Overflow = "truncate", doc_field: str = "documents[{}]") -> list[Encoded]:
+        """Token ids for each pair; the tail is never cut.
+
+        A query over ``max_query_tokens`` is refused (``query_overflow="reject"``, the default of
+        training and evaluation) or cut to it; a document over what the query leaves of the budget is
+        cut (``doc_overflow="truncate"``, the default) or refused, its field named by
+        ``doc_field.format(i)``. :attr:`Encoded.query_tokens_dropped` / ``doc_tokens_dropped`` say
+        what a cut removed.
+        """
         if len(queries) != len(documents):
             raise ValueError("queries and documents differ in length")
         spec = self.spec
         uniq = list(dict.fromkeys(queries))
-        q_ids = dict(zip(uniq, (e.ids for e in self.tokenizer.encode_batch(uniq, add_special_tokens=False))))
-        d_encs = self.tokenizer.encode_batch(list(documents), add_special_tokens=False)
-        out = []
-        for q, d in zip(queries, d_encs):
-            qi = q_ids[q]
-            if len(qi) > spec.max_query_tokens:
+        q_full = dict(zip(uniq, (e.ids for e in self.tokenizer.encode_batch(uniq, add_special_tokens=False))))
+        for q, qi in q_full.items():
+            if len(qi) > spec.max_query_tokens and query_overflow == "reject":
                 raise InvalidInput(
                     f"query is {len(qi)} tokens, over max_query_tokens={spec.max_query_tokens} "
                     f"(query starts {q[:60]!r})",
-                    "shorten the query, or raise max_query_tokens in the student config and retrain",
+                    "shorten the query, raise max_query_tokens in the student config and retrain, "
+                    "or let the server truncate it (--truncation truncate)",
                     field="query",
                 )
+        d_encs = self.tokenizer.encode_batch(list(documents), add_special_tokens=False)
+        out = []
+        for i, (q, d) in enumerate(zip(queries, d_encs)):
+            qi = q_full[q][: spec.max_query_tokens]
             budget = min(spec.max_doc_tokens, spec.max_total_tokens - self.fixed_tokens - len(qi))
+            if len(d.ids) > budget and doc_overflow == "reject":
+                raise InvalidInput(
+                    f"{doc_field.format(i)} is {len(d.ids)} tokens, over the {budget} this query leaves it "
+                    f"(max_doc_tokens={spec.max_doc_tokens}, max_total_tokens={spec.max_total_tokens})",
+                    "shorten or split the document, or let the server truncate it (--truncation truncate)",
+                    field=doc_field.format(i),
+                )
             di = d.ids[:budget]
             prefix = self._head + qi + self._mid
             out.append(
@@ -363,6 +390,7 @@ class Scorer:
                     doc_tokens=len(di),
                     doc_tokens_dropped=len(d.ids) - len(di),
                     prefix_len=len(prefix),
+                    query_tokens_dropped=len(q_full[q]) - len(qi),
                 )
             )
         return out
@@ -513,6 +541,24 @@ def score_pairs(
     t_tok = time.perf_counter()
     encoded = scorer.encode_batch(queries, documents)
     tokenize_ms = (time.perf_counter() - t_tok) * 1e3
+    if stats is not None:
+        stats["tokenize_ms"] = tokenize_ms
+    return score_encoded(scorer, run_batch, encoded, max_batch_tokens=max_batch_tokens,
+                         max_batch_size=max_batch_size, stats=stats, prefix=prefix)
+
+
+def score_encoded(
+    scorer: Scorer,
+    run_batch,
+    encoded: Sequence[Encoded],
+    *,
+    max_batch_tokens: int = DEFAULT_MAX_BATCH_TOKENS,
+    max_batch_size: int = DEFAULT_MAX_BATCH_SIZE,
+    stats: dict | None = None,
+    prefix: PrefixRunner | None = None,
+) -> np.ndarray:
+    """:func:`score_pairs` after tokenisation: label logits for pairs already encoded by ``scorer``
+    (the server's engine tokenises on arrival and scores a prefix-reuse request through here)."""
     out = np.empty((len(encoded), scorer.spec.n_labels), dtype=np.float32)
     if prefix is None:
         groups = [(None, list(range(len(encoded))))]
@@ -527,7 +573,6 @@ def score_pairs(
         stats["doc_tokens_dropped"] = sum(e.doc_tokens_dropped for e in encoded)
         stats["n_batches"] = sum(len(b) for _, b in plans)
         stats["n_prefixes"] = 0 if prefix is None else len(plans)
-        stats["tokenize_ms"] = tokenize_ms
     for pre, batches in plans:
         cache = None if prefix is None else prefix.prefix(np.asarray([pre], dtype=np.int64))
         for idx in batches:

@@ -1,0 +1,467 @@
+"""The scoring engine: one queue of pairs shared by every request and front door (gRPC, HTTP).
+
+No gRPC or HTTP in here (text-embeddings-inference's split of router and core). A request is
+tokenised on arrival (the scoring contract's :meth:`Scorer.encode_batch`, with the server's overflow
+policy) and its pairs join one queue. A single batcher thread owns the runtime: it forms each
+micro-batch with the contract's own planner (:func:`r3edge.core.scoring.plan_batches`, length-sorted
+under a padded-token budget) over the pairs waiting across requests, always including the oldest
+request's next pair, so pairs of different requests share micro-batches and no request starves. A
+request completes when its last pair returns. With no other traffic a request's micro-batches are
+exactly :func:`score_pairs`'.
+
+Admission is by expected wait, not by request count: the engine measures the tokens per second its
+micro-batches drain and refuses a request at once (:class:`Overloaded`, with a retry hint) when the
+work queued before it would take longer than ``max_queue_delay_s`` to drain, or when it could not
+finish before its deadline. So the queue holds at most about ``max_queue_delay_s`` of work and
+memory stays bounded whatever arrives; ``max_concurrent_requests`` caps admitted requests as well.
+Cancelled or expired requests leave the queue before their pairs cost compute and are counted.
+
+A causal student served with prefix-reuse graphs scores a request as one unit (its shared prefix
+runs once, through :func:`score_encoded`), still in queue order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+from typing import Literal
+
+import numpy as np
+
+from r3edge.core.errors import (
+    Cancelled,
+    DeadlineExceeded,
+    InvalidInput,
+    Overloaded,
+    R3EdgeError,
+    Unavailable,
+)
+from r3edge.core.scoring import Encoded, Overflow, plan_batches, score_encoded
+from r3edge.serve.metrics import ServeMetrics
+
+log = logging.getLogger("r3edge.serve")
+
+#: Why admitted work was dropped: the client cancelled it, or its deadline passed.
+DropReason = Literal["cancelled", "deadline"]
+
+#: A client's own deadline timer cancels the call when its deadline passes, which reaches the server
+#: up to the request's transit time before the server's copy of that deadline does; the server cannot
+#: tell that from a cancel, so a cancel this close to the deadline counts as ``deadline``.
+CANCEL_COUNTS_AS_DEADLINE_S = 0.5
+
+#: Pairs the batcher looks at when it plans a micro-batch (the oldest first): enough to fill any
+#: budget with pairs of similar length, few enough that planning stays far below a batch's runtime.
+PLANNING_WINDOW = 1024
+#: Weight of the newest micro-batch in the measured token rate (an exponential moving average).
+RATE_EMA = 0.3
+#: Shortest push-back the server asks of a refused client, in seconds.
+MIN_RETRY_AFTER_S = 0.05
+
+
+def drop_reason(deadline: float | None) -> DropReason:
+    """Why a cancelled or expired request is dropped now, given its ``time.monotonic()`` deadline."""
+    if deadline is not None and time.monotonic() >= deadline - CANCEL_COUNTS_AS_DEADLINE_S:
+        return "deadline"
+    return "cancelled"
+
+
+@dataclass
+class Scored:
+    """One request's scores, what was cut, and where its time went (milliseconds).
+
+    ``queue_ms`` is arrival-after-tokenising to the start of its first micro-batch; ``inference_ms``
+    the runtime calls that held its pairs (shared with other requests' pairs); ``total_ms`` arrival to
+    answer, tokenising included.
+    """
+
+    probs: np.ndarray          # [n, n_labels]
+    scores: np.ndarray         # [n]
+    truncated: np.ndarray      # [n] bool: the document was cut to its budget
+    query_truncated: bool
+    queue_ms: float
+    tokenize_ms: float
+    inference_ms: float
+    total_ms: float
+
+    @property
+    def truncated_docs(self) -> int:
+        return int(self.truncated.sum())
+
+
+@dataclass(eq=False)
+class _Job:
+    """One admitted request in the queue. Fields other than the future are guarded by the engine's lock."""
+
+    encoded: list[Encoded]
+    lengths: list[int]
+    pending: list[int]               # pair indices not yet taken by a micro-batch, shortest first
+    deadline: float | None
+    future: asyncio.Future
+    t_arrive: float                  # perf_counter at arrival
+    t_enqueue: float
+    tokenize_s: float
+    logits: np.ndarray = field(init=False)
+    remaining: int = field(init=False)  # pairs not yet scored
+    t_first: float | None = None
+    infer_s: float = 0.0
+    dropped: DropReason | None = None
+
+    def __post_init__(self):
+        self.logits = np.empty((len(self.encoded), 0), dtype=np.float32)
+        self.remaining = len(self.encoded)
+
+    @property
+    def pending_tokens(self) -> int:
+        return sum(self.lengths[i] for i in self.pending)
+
+
+class Engine:
+    """The queue, the batcher thread and admission around one runtime (see the module docstring)."""
+
+    def __init__(self, runtime, metrics: ServeMetrics, *, max_batch_tokens: int, max_batch_size: int,
+                 max_batch_wait_s: float, max_queue_delay_s: float, max_concurrent_requests: int,
+                 overflow: Overflow, prefix_reuse: bool = True):
+        self.runtime = runtime
+        self.scorer = runtime.scorer
+        self.metrics = metrics
+        self.max_batch_tokens = max_batch_tokens
+        self.max_batch_size = max_batch_size
+        self.max_batch_wait_s = max_batch_wait_s
+        self.max_queue_delay_s = max_queue_delay_s
+        self.max_concurrent_requests = max_concurrent_requests
+        self.overflow = overflow
+        self.prefix = getattr(runtime, "prefix", None) if prefix_reuse else None
+        self._cond = threading.Condition()
+        self._queue: deque[_Job] = deque()   # jobs with pending pairs, oldest first
+        self._queued_pairs = 0
+        self._queued_tokens = 0
+        self._inflight_tokens = 0
+        self._stopping = False
+        # event-loop-thread state: admitted requests and the tokens reserved for those still tokenising
+        self._admitted = 0
+        self._reserved_tokens = 0
+        self.token_rate = 0.0           # tokens/s of recent micro-batches (EMA)
+        self.pair_tokens = float(self.scorer.fixed_tokens + self.scorer.spec.max_query_tokens)  # EMA of a pair's length
+        self._tokenizer_pool = ThreadPoolExecutor(1, thread_name_prefix="r3edge-tokenize")
+        self._thread = threading.Thread(target=self._run, name="r3edge-batcher", daemon=True)
+
+    # -- lifecycle ----------------------------------------------------------------------------
+    def start(self) -> None:
+        """Warm the runtime up (its first calls allocate) and measure the token rate, then start batching."""
+        self._warm_up()
+        self._thread.start()
+
+    def _warm_up(self) -> None:
+        # a budget's worth of pairs of ~40 tokens, the length of a forum post's first lines; the
+        # rate adapts to the real traffic from the first micro-batch on
+        pair = self.scorer.encode_batch(["warm up the runtime"], ["word " * 24], query_overflow="truncate")[0]
+        n = max(1, min(self.max_batch_size, self.max_batch_tokens // len(pair.input_ids)))
+        ids, mask = self.scorer.collate([pair] * n)
+        for _ in range(3):  # the last call is the steady state
+            t = time.perf_counter()
+            self.runtime.label_logits(ids, mask)
+            dt = time.perf_counter() - t
+        self.token_rate = float(mask.sum()) / max(dt, 1e-6)
+        self.metrics.token_rate.set(self.token_rate)
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """Stop batching; requests still queued fail with UNAVAILABLE (a server drains first)."""
+        with self._cond:
+            self._stopping = True
+            left = list(self._queue)
+            self._queue.clear()
+            self._queued_pairs = self._queued_tokens = 0
+            self._cond.notify_all()
+        for job in left:
+            self._settle(job, Unavailable("server is shutting down", "retry on another replica"))
+        if self._thread.is_alive():
+            self._thread.join(timeout)
+        self._tokenizer_pool.shutdown(wait=False, cancel_futures=True)
+        self._update_gauges()
+
+    # -- admission and the request's life (event loop thread) --------------------------------
+    def expected_wait_s(self, extra_tokens: float = 0.0) -> float:
+        """Seconds until the work queued now (plus ``extra_tokens``) has drained, at the measured rate."""
+        backlog = self._queued_tokens + self._inflight_tokens + self._reserved_tokens + extra_tokens
+        return backlog / max(self.token_rate, 1e-6)
+
+    def _admit(self, n_pairs: int, deadline: float | None) -> float:
+        """Refuse at once when the queue could not take this request in time; else reserve its tokens."""
+        if self._stopping:
+            raise Unavailable("server is shutting down", "retry on another replica")
+        if self._admitted >= self.max_concurrent_requests:
+            self._shed("max_requests")
+            raise Overloaded(f"server busy: {self._admitted} requests admitted (max_concurrent_requests="
+                             f"{self.max_concurrent_requests})", "retry later with back-off",
+                             retry_after_s=max(MIN_RETRY_AFTER_S, self.expected_wait_s() / max(self._admitted, 1)))
+        wait = self.expected_wait_s()
+        own = n_pairs * self.pair_tokens
+        if wait > self.max_queue_delay_s:
+            self._shed("queue_delay")
+            raise Overloaded(f"server busy: the queued work takes ~{wait:.2f} s to drain, over max_queue_delay_s="
+                             f"{self.max_queue_delay_s:g}", "retry after the push-back the server sent",
+                             retry_after_s=max(MIN_RETRY_AFTER_S, wait - self.max_queue_delay_s))
+        if deadline is not None:
+            finish = time.monotonic() + wait + own / max(self.token_rate, 1e-6)
+            if finish > deadline:
+                self._shed("deadline")
+                raise Overloaded(f"the request could not finish before its deadline (~{finish - deadline:.2f} s late "
+                                 "at the current queue)", "send a longer deadline, fewer candidates, or retry later",
+                                 retry_after_s=max(MIN_RETRY_AFTER_S, wait))
+        self._admitted += 1
+        self._reserved_tokens += own
+        return own
+
+    def _shed(self, reason: str) -> None:
+        self.metrics.shed.labels(reason).inc()
+
+    async def score(self, query: str, docs: Sequence[str], *, deadline: float | None = None,
+                    doc_field: str = "documents[{}]") -> Scored:
+        """Score ``docs`` against ``query`` through the shared queue.
+
+        ``deadline`` is a ``time.monotonic()`` time. Raises :class:`Overloaded` at once when refused,
+        :class:`InvalidInput` for input the overflow policy rejects (fields named by ``doc_field``),
+        :class:`DeadlineExceeded` when the deadline passes in the queue; a cancelled caller's pairs
+        leave the queue.
+        """
+        t_arrive = time.perf_counter()
+        if not docs:
+            raise InvalidInput(doc_field.split("[")[0] + " is empty: send at least one", field=doc_field.split("[")[0])
+        reserved = self._admit(len(docs), deadline)
+        loop = asyncio.get_running_loop()
+        job = None
+        try:
+            try:
+                t = time.perf_counter()
+                encoded = await loop.run_in_executor(self._tokenizer_pool, self._encode, query, list(docs), doc_field)
+                tokenize_s = time.perf_counter() - t
+            finally:
+                self._reserved_tokens -= reserved
+            lengths = [len(e.input_ids) for e in encoded]
+            self.pair_tokens += RATE_EMA * (float(np.mean(lengths)) - self.pair_tokens)
+            job = _Job(encoded, lengths, sorted(range(len(encoded)), key=lambda i: lengths[i]), deadline,
+                       loop.create_future(), t_arrive, time.perf_counter(), tokenize_s)
+            job.logits = np.empty((len(encoded), self.scorer.spec.n_labels), dtype=np.float32)
+            self._count_truncation(encoded)
+            self._enqueue(job)
+            try:
+                logits = await job.future
+            except asyncio.CancelledError:
+                # gRPC cancels the handler when the client goes away or its deadline passes
+                self._drop(job, drop_reason(deadline))
+                raise
+        finally:
+            self._admitted -= 1
+        return self._scored(job, logits)
+
+    def _encode(self, query: str, docs: list[str], doc_field: str) -> list[Encoded]:
+        return self.scorer.encode_batch([query] * len(docs), docs, query_overflow=self.overflow,
+                                        doc_overflow=self.overflow, doc_field=doc_field)
+
+    def _count_truncation(self, encoded: list[Encoded]) -> None:
+        if encoded and encoded[0].query_tokens_dropped:
+            self.metrics.truncated.labels("query").inc()
+        cut = sum(1 for e in encoded if e.doc_tokens_dropped)
+        if cut:
+            self.metrics.truncated.labels("document").inc(cut)
+
+    def _scored(self, job: _Job, logits: np.ndarray) -> Scored:
+        probs, scores = self.scorer.relevance(logits)
+        t_done = time.perf_counter()
+        queue_s = (job.t_first or job.t_enqueue) - job.t_enqueue
+        total_s = t_done - job.t_arrive
+        for phase, s in (("queue", queue_s), ("tokenize", job.tokenize_s), ("infer", job.infer_s), ("total", total_s)):
+            self.metrics.duration.labels(phase).observe(s)
+        truncated = np.array([e.doc_tokens_dropped > 0 for e in job.encoded], dtype=bool)
+        return Scored(probs, scores, truncated, bool(job.encoded and job.encoded[0].query_tokens_dropped),
+                      queue_s * 1e3, job.tokenize_s * 1e3, job.infer_s * 1e3, total_s * 1e3)
+
+    def _enqueue(self, job: _Job) -> None:
+        with self._cond:
+            if self._stopping:
+                raise Unavailable("server is shutting down", "retry on another replica")
+            self._queue.append(job)
+            self._queued_pairs += len(job.pending)
+            self._queued_tokens += job.pending_tokens
+            self._cond.notify()
+        self._update_gauges()
+
+    def _drop(self, job: _Job, reason: DropReason) -> None:
+        """Take a cancelled or expired job's pairs out of the queue and count them."""
+        with self._cond:
+            if job.dropped is not None or job.remaining == 0:
+                return
+            job.dropped = reason
+            pairs = len(job.pending)
+            self._unqueue_locked(job)
+        self.metrics.dropped_requests.labels(reason).inc()
+        self.metrics.dropped_pairs.labels(reason).inc(pairs)
+        self._update_gauges()
+
+    def _unqueue_locked(self, job: _Job) -> None:
+        if job.pending:
+            self._queued_pairs -= len(job.pending)
+            self._queued_tokens -= job.pending_tokens
+            job.pending = []
+        if job in self._queue:
+            self._queue.remove(job)
+
+    def _update_gauges(self) -> None:
+        m = self.metrics
+        m.queue_requests.set(self._admitted)
+        m.queue_pairs.set(self._queued_pairs)
+        m.queue_tokens.set(self._queued_tokens)
+
+    def _settle(self, job: _Job, result: np.ndarray | BaseException) -> None:
+        """Resolve the job's future from any thread (a closed loop means nobody is waiting)."""
+        def settle():
+            if job.future.done():
+                return
+            if isinstance(result, BaseException):
+                job.future.set_exception(result)
+            else:
+                job.future.set_result(result)
+        try:
+            job.future.get_loop().call_soon_threadsafe(settle)
+        except RuntimeError:
+            pass
+
+    # -- the batcher thread -------------------------------------------------------------------
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._stopping and not self._queue:
+                    self._cond.wait()
+                if self._stopping:
+                    return
+                self._wait_for_a_fuller_batch_locked()
+                self._expire_locked()
+                if not self._queue:
+                    continue
+                batch = self._next_batch_locked()
+            try:
+                self._run_batch(batch)
+            except Exception:  # never let the batcher die: _run_batch settles its jobs itself
+                log.exception("batcher: unexpected error")
+
+    def _wait_for_a_fuller_batch_locked(self) -> None:
+        """Up to ``max_batch_wait_s`` after the oldest pair arrived, wait for a budget's worth of tokens."""
+        if self.max_batch_wait_s <= 0:
+            return
+        until = self._queue[0].t_enqueue + self.max_batch_wait_s
+        while not self._stopping and self._queued_tokens < self.max_batch_tokens:
+            left = until - time.perf_counter()
+            if left <= 0 or not self._queue:
+                return
+            self._cond.wait(left)
+
+    def _expire_locked(self) -> None:
+        now = time.monotonic()
+        for job in [j for j in self._queue if j.deadline is not None and now >= j.deadline]:
+            job.dropped = "deadline"
+            self.metrics.dropped_requests.labels("deadline").inc()
+            self.metrics.dropped_pairs.labels("deadline").inc(len(job.pending))
+            self._unqueue_locked(job)
+            self._settle(job, DeadlineExceeded("deadline exceeded while queued",
+                                               "send a longer deadline, or retry when the server is less busy"))
+
+    def _next_batch_locked(self) -> list[tuple[_Job, int]] | _Job:
+        """The next micro-batch: ``[(job, pair index), ...]``, or a whole job on the prefix-reuse path."""
+        head = self._queue[0]
+        if self.prefix is not None:
+            self._unqueue_locked(head)
+            self._inflight_tokens = sum(head.lengths)
+            return head
+        window: list[tuple[_Job, int]] = []
+        for job in self._queue:
+            window.extend((job, i) for i in job.pending[: PLANNING_WINDOW - len(window)])
+            if len(window) >= PLANNING_WINDOW:
+                break
+        # window[0] is the oldest job's shortest pending pair: the batch that holds it runs now
+        plan = plan_batches([j.lengths[i] for j, i in window], self.max_batch_tokens, self.max_batch_size)
+        chosen = [window[k] for k in next(b for b in plan if 0 in b)]
+        taken: dict[int, set[int]] = {}
+        for job, i in chosen:
+            taken.setdefault(id(job), set()).add(i)
+        for job in {id(j): j for j, _ in chosen}.values():
+            mine = taken[id(job)]
+            job.pending = [i for i in job.pending if i not in mine]
+            tokens = sum(job.lengths[i] for i in mine)
+            self._queued_pairs -= len(mine)
+            self._queued_tokens -= tokens
+            if not job.pending:
+                self._queue.remove(job)
+        self._inflight_tokens = sum(j.lengths[i] for j, i in chosen)
+        return chosen
+
+    def _run_batch(self, batch: list[tuple[_Job, int]] | _Job) -> None:
+        start = time.perf_counter()
+        jobs = [batch] if isinstance(batch, _Job) else list({id(j): j for j, _ in batch}.values())
+        for job in jobs:
+            if job.t_first is None:
+                job.t_first = start
+        self._update_gauges()
+        try:
+            if isinstance(batch, _Job):
+                batch.logits[:] = self._run_whole_job(batch)
+                pairs, padded = len(batch.encoded), sum(batch.lengths)
+            else:
+                ids, mask = self.scorer.collate([j.encoded[i] for j, i in batch])
+                logits = np.asarray(self.runtime.label_logits(ids, mask), dtype=np.float32)
+                for row, (job, i) in enumerate(batch):
+                    job.logits[i] = logits[row]
+                pairs, padded = len(batch), int(ids.size)
+        except BaseException as exc:
+            err = exc if isinstance(exc, R3EdgeError) else R3EdgeError(f"scoring failed: {type(exc).__name__}: {exc}")
+            if not isinstance(exc, R3EdgeError):
+                log.error("micro-batch failed: %s: %s", type(exc).__name__, exc)
+            with self._cond:
+                for job in jobs:
+                    self._unqueue_locked(job)
+                    job.remaining = 0
+                self._inflight_tokens = 0
+            for job in jobs:
+                self._settle(job, err)
+            return
+        dt = time.perf_counter() - start
+        done = []
+        with self._cond:
+            real = self._inflight_tokens
+            self._inflight_tokens = 0
+            self.token_rate += RATE_EMA * (real / max(dt, 1e-6) - self.token_rate)
+            for job in jobs:
+                job.infer_s += dt
+                job.remaining -= len(batch.encoded) if isinstance(batch, _Job) else sum(1 for j, _ in batch if j is job)
+                if job.remaining == 0 and job.dropped is None:
+                    done.append(job)
+        m = self.metrics
+        m.token_rate.set(self.token_rate)
+        m.batch_pairs.observe(pairs)
+        m.batch_padded_tokens.observe(padded)
+        m.batch_requests.observe(len(jobs))
+        for job in done:
+            self._settle(job, job.logits)
+
+    def _run_whole_job(self, job: _Job) -> np.ndarray:
+        """A causal student's request through its prefix-reuse graphs, stopping between micro-batches
+        once the request is cancelled or expired."""
+        def guarded(fn):
+            def run(*args):
+                if job.dropped is not None or (job.deadline is not None and time.monotonic() >= job.deadline):
+                    reason = job.dropped or "deadline"
+                    raise (DeadlineExceeded("deadline exceeded while scoring", "send a longer deadline or fewer candidates")
+                           if reason == "deadline" else Cancelled("request cancelled"))
+                return fn(*args)
+            return run
+
+        runner = SimpleNamespace(prefix=self.prefix.prefix, candidates=guarded(self.prefix.candidates))
+        return score_encoded(self.scorer, None, job.encoded, max_batch_tokens=self.max_batch_tokens,
+                             max_batch_size=self.max_batch_size, prefix=runner)
+
