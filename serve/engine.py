@@ -59,7 +59,7 @@ CANCEL_COUNTS_AS_DEADLINE_S = 0.5
 #: Pairs the batcher looks at when it plans a micro-batch (the oldest first): enough to fill any
 #: budget with pairs of similar length, few enough that planning stays far below a batch's runtime.
 PLANNING_WINDOW = 1024
-#: Weight of the newest micro-batch in the measured token rate (an exponential moving average).
+#: Weight of the newest micro-batch in the measured seconds per token (an exponential moving average).
 RATE_EMA = 0.3
 #: Shortest push-back the server asks of a refused client, in seconds.
 MIN_RETRY_AFTER_S = 0.05
@@ -147,7 +147,7 @@ class Engine:
         # event-loop-thread state: admitted requests and the tokens reserved for those still tokenising
         self._admitted = 0
         self._reserved_tokens = 0
-        self.token_rate = 0.0           # tokens/s of recent micro-batches (EMA)
+        self.s_per_token = 0.0          # seconds per token of recent micro-batches (EMA; see _run_batch)
         self.pair_tokens = float(self.scorer.fixed_tokens + self.scorer.spec.max_query_tokens)  # EMA of a pair's length
         self._tokenizer_pool = ThreadPoolExecutor(1, thread_name_prefix="r3edge-tokenize")
         self._thread = threading.Thread(target=self._run, name="r3edge-batcher", daemon=True)
@@ -168,7 +168,7 @@ class Engine:
             t = time.perf_counter()
             self.runtime.label_logits(ids, mask)
             dt = time.perf_counter() - t
-        self.token_rate = float(mask.sum()) / max(dt, 1e-6)
+        self.s_per_token = dt / float(mask.sum())
         self.metrics.token_rate.set(self.token_rate)
 
     def stop(self, timeout: float = 30.0) -> None:
@@ -186,11 +186,16 @@ class Engine:
         self._tokenizer_pool.shutdown(wait=False, cancel_futures=True)
         self._update_gauges()
 
+    @property
+    def token_rate(self) -> float:
+        """Tokens per second the engine plans admission with."""
+        return 1.0 / max(self.s_per_token, 1e-12)
+
     # -- admission and the request's life (event loop thread) --------------------------------
     def expected_wait_s(self, extra_tokens: float = 0.0) -> float:
         """Seconds until the work queued now (plus ``extra_tokens``) has drained, at the measured rate."""
         backlog = self._queued_tokens + self._inflight_tokens + self._reserved_tokens + extra_tokens
-        return backlog / max(self.token_rate, 1e-6)
+        return backlog * self.s_per_token
 
     def _admit(self, n_pairs: int, deadline: float | None) -> float:
         """Refuse at once when the queue could not take this request in time; else reserve its tokens."""
@@ -209,7 +214,7 @@ class Engine:
                              f"{self.max_queue_delay_s:g}", "retry after the push-back the server sent",
                              retry_after_s=max(MIN_RETRY_AFTER_S, wait - self.max_queue_delay_s))
         if deadline is not None:
-            finish = time.monotonic() + wait + own / max(self.token_rate, 1e-6)
+            finish = time.monotonic() + wait + own * self.s_per_token
             if finish > deadline:
                 self._shed("deadline")
                 raise Overloaded(f"the request could not finish before its deadline (~{finish - deadline:.2f} s late "
@@ -259,6 +264,7 @@ class Engine:
                 raise
         finally:
             self._admitted -= 1
+            self._update_gauges()
         return self._scored(job, logits)
 
     def _encode(self, query: str, docs: list[str], doc_field: str) -> list[Encoded]:
@@ -410,10 +416,12 @@ class Engine:
         self._update_gauges()
         try:
             if isinstance(batch, _Job):
+                t_infer = time.perf_counter()
                 batch.logits[:] = self._run_whole_job(batch)
                 pairs, padded = len(batch.encoded), sum(batch.lengths)
             else:
                 ids, mask = self.scorer.collate([j.encoded[i] for j, i in batch])
+                t_infer = time.perf_counter()
                 logits = np.asarray(self.runtime.label_logits(ids, mask), dtype=np.float32)
                 for row, (job, i) in enumerate(batch):
                     job.logits[i] = logits[row]
@@ -430,14 +438,17 @@ class Engine:
             for job in jobs:
                 self._settle(job, err)
             return
-        dt = time.perf_counter() - start
+        end = time.perf_counter()
+        dt, infer_s = end - start, end - t_infer  # the rate counts collation too; inference_ms does not
         done = []
         with self._cond:
             real = self._inflight_tokens
             self._inflight_tokens = 0
-            self.token_rate += RATE_EMA * (real / max(dt, 1e-6) - self.token_rate)
+            # averaged as seconds per token, not tokens per second: a wait is tokens x s/token, and a
+            # mean of rates would take many batches to notice a 100x slow-down
+            self.s_per_token += RATE_EMA * (dt / max(real, 1) - self.s_per_token)
             for job in jobs:
-                job.infer_s += dt
+                job.infer_s += infer_s
                 job.remaining -= len(batch.encoded) if isinstance(batch, _Job) else sum(1 for j, _ in batch if j is job)
                 if job.remaining == 0 and job.dropped is None:
                     done.append(job)

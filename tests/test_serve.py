@@ -9,7 +9,6 @@ import subprocess
 import sys
 import threading
 import time
-from types import SimpleNamespace
 
 import grpc
 import numpy as np
@@ -117,11 +116,9 @@ def test_model_info(server, client):
         (QUERY, [(f"c{i}", "x") for i in range(1001)], 10, "max_candidates=1000"),
         (QUERY, [("a", "x"), ("", "y")], 10, "candidates[1].id is empty"),
         (QUERY, [("a", "x"), ("b", "y"), ("a", "z")], 10, "candidates[2].id 'a' duplicates candidates[0].id"),
-        (QUERY, [("a", "x"), ("b", "y"), ("c", "z"), ("d", " ")], 10, "candidates[3].text is empty"),
         (QUERY, [("a", "x")], -1, "top_k"),
-        ("why " * 200, [("a", "x")], 10, "max_query_tokens"),
     ],
-    ids=["empty-query", "no-candidates", "too-many", "empty-id", "dup-id", "empty-text", "neg-topk", "long-query"],
+    ids=["empty-query", "no-candidates", "too-many", "empty-id", "dup-id", "neg-topk"],
 )
 def test_rerank_validation(client, query, cands, top_k, needle):
     with pytest.raises(grpc.RpcError) as err:
@@ -132,30 +129,120 @@ def test_rerank_validation(client, query, cands, top_k, needle):
 
 def test_score_pairs_validation(client):
     with pytest.raises(grpc.RpcError) as err:
-        client.score_pairs(QUERY, ["fine", ""])
+        client.score_pairs(QUERY, [])
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
-    assert "documents[1] is empty" in err.value.details()
+    assert "documents is empty" in err.value.details()
+
+
+def test_empty_and_whitespace_candidates_are_scored_like_any_text(server, client):
+    """Good input is never refused: an empty or whitespace-only candidate in a top-100 gets a score,
+    the one the artifact gives that text, and the rest of the request is unaffected."""
+    cands = candidates(98) + [("empty", ""), ("blank", "  \n\t ")]
+    resp = client.rerank_raw(QUERY, cands, top_k=0)
+    assert len(resp.results) == 100
+    probs, score = direct(server.runtime, QUERY, [t for _, t in cands], server.cfg)
+    got = {r.index: r.score for r in resp.results}
+    np.testing.assert_allclose([got[i] for i in range(100)], score, atol=1e-5)
+
+
+def test_long_query_is_truncated_and_reported(server, client):
+    """A query over max_query_tokens is cut to it (the scoring contract's cut: its first tokens) and the
+    response says so; the scores equal the artifact's on the cut query."""
+    spec = server.runtime.scorer.spec
+    tok = server.runtime.scorer.tokenizer
+    long_query = " ".join(["why does my sourdough starter smell"] * 60)
+    ids = tok.encode(long_query, add_special_tokens=False).ids
+    assert len(ids) > spec.max_query_tokens
+    cands = candidates(5)
+    resp = client.rerank_raw(long_query, cands, top_k=0)
+    assert resp.query_truncated and not client.rerank_raw(QUERY, cands, top_k=0).query_truncated
+    from r3edge.core.scoring import score_encoded
+
+    enc = server.runtime.scorer.encode_batch([long_query] * 5, [t for _, t in cands], query_overflow="truncate")
+    assert enc[0].query_tokens_dropped == len(ids) - spec.max_query_tokens
+    head = tok.encode(spec.template.head, add_special_tokens=False).ids
+    assert enc[0].prefix[len(head): len(head) + spec.max_query_tokens] == ids[: spec.max_query_tokens]  # its first tokens
+    _, score = server.runtime.scorer.relevance(score_encoded(server.runtime.scorer, server.runtime.label_logits, enc))
+    np.testing.assert_allclose([r.score for r in sorted(resp.results, key=lambda r: r.index)], score, atol=1e-5)
+
+
+def test_truncated_candidates_are_named(client):
+    resp = client.rerank_raw(QUERY, [("short", "tiny post"), ("long", "word " * 2000)], top_k=0)
+    assert {r.id: r.truncated for r in resp.results} == {"short": False, "long": True}
+    pairs = client.score_pairs(QUERY, ["tiny post", "word " * 2000])
+    assert [s.truncated for s in pairs.scores] == [False, True] and pairs.truncated_docs == 1
+
+
+def test_reject_policy_names_the_field(tiny_artifact):
+    from r3edge.api.client import RerankerClient
+    from r3edge.serve.config import ServeConfig
+    from r3edge.serve.server import BackgroundServer
+
+    cfg = ServeConfig(artifact=str(tiny_artifact), port=0, truncation="reject")
+    with BackgroundServer(cfg) as srv, RerankerClient(srv.target, timeout=120) as c:
+        c.wait_ready(60)
+        with pytest.raises(grpc.RpcError) as err:
+            c.rerank_raw("why " * 200, [("a", "x")], top_k=0)
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "max_query_tokens" in err.value.details()
+        with pytest.raises(grpc.RpcError) as err:
+            c.rerank_raw(QUERY, [("a", "x"), ("b", "word " * 2000)], top_k=0)
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert err.value.details().startswith("candidates[1].text is ") and "--truncation truncate" in err.value.details()
+
+
+def test_corrupt_body_is_invalid_argument_in_one_log_line(server, client, caplog):
+    """Bytes that are not a RerankRequest: INVALID_ARGUMENT naming the body, one log line, no traceback."""
+    import logging
+
+    raw = client.channel.unary_unary("/r3edge.v1.Reranker/Rerank", request_serializer=lambda b: b,
+                                     response_deserializer=lambda b: b)
+    with caplog.at_level(logging.INFO, logger="r3edge.serve"):
+        with pytest.raises(grpc.RpcError) as err:
+            raw(b"\x0a\xff\xff\xff\xff\x0f garbage", timeout=30)
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "not a valid r3edge.v1.RerankRequest" in err.value.details() and "fix:" in err.value.details()
+    lines = [r for r in caplog.records if "INVALID_ARGUMENT" in r.getMessage()]
+    assert len(lines) == 1 and lines[0].exc_info is None
+    assert client.is_serving()
+
+
+def metric_values(port: int) -> dict[tuple[str, tuple], float]:
+    """The server's /metrics, parsed by prometheus-client: ``{(sample name, sorted labels): value}``."""
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30).read().decode()
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for fam in text_string_to_metric_families(text) for s in fam.samples}
+
+
+def metric(values: dict, name: str, **labels) -> float:
+    return values.get((name, tuple(sorted(labels.items()))), 0.0)
 
 
 class SlowRuntime:
-    """The artifact's real ONNX runtime, sleeping ``delay_s`` before each micro-batch so that a request
-    is still being scored when its deadline passes or its client cancels; counts the pairs it ran."""
+    """The artifact's real ONNX runtime, sleeping ``delay_s`` in each micro-batch once armed (the
+    engine's warm-up runs at full speed), so that a request is still queued or being scored when its
+    deadline passes or its client cancels; counts the pairs handed to it."""
 
     def __init__(self, runtime, delay_s: float):
         self._runtime, self.delay_s = runtime, delay_s
+        self.armed = False
+        self.pairs_started = 0
         self.pairs_run = 0
-        self.started = threading.Event()  # the first micro-batch reached the runtime
-        runner = getattr(runtime, "prefix", None)
-        self.prefix = None if runner is None else SimpleNamespace(prefix=runner.prefix,
-                                                                  candidates=self._slow(runner.candidates))
+        self.started = threading.Event()  # the first armed micro-batch reached the runtime
         self.label_logits = self._slow(runtime.label_logits)
 
     def _slow(self, fn):
         def run(*args):
-            self.started.set()
-            time.sleep(self.delay_s)
+            if self.armed:
+                self.pairs_started += len(args[-1])
+                self.started.set()
+                time.sleep(self.delay_s)
             out = fn(*args)
-            self.pairs_run += len(args[-1])
+            if self.armed:
+                self.pairs_run += len(args[-1])
             return out
         return run
 
@@ -165,16 +252,19 @@ class SlowRuntime:
 
 @contextlib.contextmanager
 def slow_server(artifact, delay_s: float = 1.0, **settings):
-    """A real server on a free port whose runtime is a :class:`SlowRuntime`; one pair per micro-batch."""
+    """A real server on a free port whose runtime is a :class:`SlowRuntime`; one pair per micro-batch;
+    its metrics on a port of their own."""
     from r3edge.api.client import RerankerClient
     from r3edge.serve.config import ServeConfig
     from r3edge.serve.server import BackgroundServer, load_runtime_for
 
-    cfg = ServeConfig(**{"artifact": str(artifact), "port": free_port(), "max_batch_size": 1, **settings})
+    cfg = ServeConfig(**{"artifact": str(artifact), "port": free_port(), "metrics_port": 0, "max_batch_size": 1,
+                         **settings})
     runtime = SlowRuntime(load_runtime_for(cfg), delay_s)
     with BackgroundServer(cfg, runtime=runtime) as srv, RerankerClient(srv.target, timeout=300) as c:
         c.wait_ready(120)
-        yield srv, c, runtime, srv.server.service.drops
+        runtime.armed = True
+        yield srv, c, runtime, lambda: metric_values(srv.server.metrics_port)
 
 
 def wait_for(condition, timeout: float = 120.0) -> None:
@@ -190,60 +280,85 @@ def rerank_request(n: int):
     return pb2.RerankRequest(query=QUERY, top_k=0, candidates=[pb2.Candidate(id=i, text=t) for i, t in candidates(n)])
 
 
-def test_expired_deadline_is_reported_and_server_stays_healthy(tiny_artifact):
-    """The deadline passes on the server while it scores: it stops between micro-batches, drops the
-    rest and says DEADLINE_EXCEEDED; the slot is freed and the next request is scored."""
+def dropped(values: dict, reason: str) -> tuple[float, float]:
+    return (metric(values, "r3edge_dropped_requests_total", reason=reason),
+            metric(values, "r3edge_dropped_pairs_total", reason=reason))
+
+
+def test_expired_deadline_drops_the_queued_pairs_and_server_stays_healthy(tiny_artifact):
+    """The deadline passes on the server while it scores: the request's pairs still queued leave the
+    queue without running (r3edge_dropped_pairs_total{reason="deadline"}), DEADLINE_EXCEEDED is
+    reported, and the next request is scored."""
     n = 20  # 20 micro-batches of 1 s: the 5 s deadline passes well before the last one
-    with slow_server(tiny_artifact, max_concurrent_requests=1) as (_, c, runtime, drops):
+    with slow_server(tiny_artifact) as (_, c, runtime, metrics):
         with pytest.raises(grpc.RpcError) as err:
             c.stub.Rerank(rerank_request(n), timeout=5.0)
         assert err.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
-        wait_for(lambda: drops.requests["deadline"] or runtime.pairs_run == n)
-        got = drops.snapshot()
+        wait_for(lambda: dropped(metrics(), "deadline")[0] or runtime.pairs_run == n)
+        time.sleep(1.5)  # the micro-batch in flight at the deadline finishes
+        got = metrics()
         assert runtime.started.is_set(), "the server began scoring before the deadline"
-        assert got["requests"] == {"cancelled": 0, "deadline": 1}, (got, runtime.pairs_run)
-        assert got["queued_requests"]["deadline"] == 0, "dropped while scoring, not while queued"
-        assert 0 < got["pairs"]["deadline"] == n - runtime.pairs_run
-        assert got["micro_batches"]["deadline"] == n - runtime.pairs_run  # one pair per micro-batch
+        assert dropped(got, "deadline") == (1, n - runtime.pairs_started), (got, runtime.pairs_started)
+        assert 0 < runtime.pairs_started < n and runtime.pairs_run == runtime.pairs_started
+        assert dropped(got, "cancelled") == (0, 0)
         assert c.is_serving() and len(c.rerank(QUERY, candidates(2), top_k=0)) == 2
-        assert drops.snapshot() == got, "a request within its deadline drops nothing"
+        assert dropped(metrics(), "deadline") == dropped(got, "deadline"), "a request within its deadline drops nothing"
 
 
 def test_request_whose_deadline_passes_in_the_queue_is_never_scored(tiny_artifact):
-    """Behind a busy slot, a request whose deadline passes is dropped before any micro-batch runs."""
+    """Behind a busy request, a request whose deadline passes is dropped from the queue before any of
+    its pairs runs (admitted: the rate the engine plans with was measured before the slow-down)."""
     busy_n, late_n = 8, 3
-    with slow_server(tiny_artifact, max_concurrent_requests=1, max_queued_requests=4) as (_, c, runtime, drops):
+    with slow_server(tiny_artifact) as (_, c, runtime, metrics):
         busy = c.stub.Rerank.future(rerank_request(busy_n), timeout=300)
         assert runtime.started.wait(120), "the busy request reached the runtime"
         with pytest.raises(grpc.RpcError) as err:
             c.stub.Rerank(rerank_request(late_n), timeout=2.0)
         assert err.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
         assert len(busy.result(300).results) == busy_n
-        wait_for(lambda: drops.requests["deadline"])
-        got = drops.snapshot()
-        assert got["requests"] == got["queued_requests"] == {"cancelled": 0, "deadline": 1}, got
-        assert got["pairs"]["deadline"] == late_n and got["micro_batches"]["deadline"] == 0, got
+        got = metrics()
+        assert dropped(got, "deadline") == (1, late_n), got
         assert runtime.pairs_run == busy_n, "none of the expired request's pairs reached the runtime"
 
 
-def test_cancelled_request_stops_scoring_and_frees_its_slot(tiny_artifact):
-    """A client cancel stops the server between micro-batches; the rest is never run and the slot is freed."""
+def test_cancelled_request_leaves_the_queue(tiny_artifact):
+    """A client cancel removes the request's queued pairs: counted by the server, never run; the
+    server goes on with the next request (a cancelled request waiting behind another runs nothing)."""
     n = 20
-    with slow_server(tiny_artifact, max_concurrent_requests=1, max_queued_requests=1) as (_, c, runtime, drops):
+    with slow_server(tiny_artifact) as (_, c, runtime, metrics):
         fut = c.stub.Rerank.future(rerank_request(n), timeout=300)
         assert runtime.started.wait(120), "the request reached the runtime"
-        assert fut.cancel()
-        wait_for(lambda: drops.requests["cancelled"] or runtime.pairs_run == n)
-        got = drops.snapshot()
-        assert got["requests"] == {"cancelled": 1, "deadline": 0}, (got, runtime.pairs_run)
-        assert got["queued_requests"]["cancelled"] == 0
-        assert 0 < got["pairs"]["cancelled"] == n - runtime.pairs_run
-        assert got["micro_batches"]["cancelled"] == n - runtime.pairs_run
+        queued = c.stub.Rerank.future(rerank_request(4), timeout=300)  # waits behind the first one
+        wait_for(lambda: metric(metrics(), "r3edge_queue_requests") == 2)
+        assert fut.cancel() and queued.cancel()
+        wait_for(lambda: dropped(metrics(), "cancelled")[0] == 2)
+        time.sleep(1.5)  # the micro-batch in flight at the cancel finishes
+        got = metrics()
+        assert dropped(got, "cancelled") == (2, n - runtime.pairs_started + 4), (got, runtime.pairs_started)
+        assert runtime.pairs_run == runtime.pairs_started < n
+        assert metric(got, "r3edge_queue_pairs") == 0 and metric(got, "r3edge_queue_requests") == 0
         assert len(c.rerank(QUERY, candidates(2), top_k=0, timeout=120)) == 2
 
 
-def test_timing_tokenize_ms_is_text_to_ids_only(tiny_artifact):
-    """tokenize_ms is score_pairs' text-to-ids time: batching and collation count in total_ms only."""
+def test_a_request_that_cannot_meet_its_deadline_is_refused_at_once(tiny_artifact):
+    """Admission by expected wait: once the engine has measured its (slow) rate, a request that could
+    not finish before its deadline is refused with RESOURCE_EXHAUSTED at once, with a retry push-back."""
+    with slow_server(tiny_artifact, delay_s=0.5, max_queue_delay_s=60) as (_, c, runtime, metrics):
+        busy = c.stub.Rerank.future(rerank_request(12), timeout=300)
+        wait_for(lambda: runtime.pairs_run >= 4)  # the rate the engine plans with is now the slow one
+        t = time.perf_counter()
+        with pytest.raises(grpc.RpcError) as err:
+            c.stub.Rerank(rerank_request(6), timeout=1.0)
+        answered_s = time.perf_counter() - t
+        assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, err.value.details()
+        assert "deadline" in err.value.details() and answered_s < 1.0
+        assert int(dict(err.value.trailing_metadata())["grpc-retry-pushback-ms"]) > 0
+        assert metric(metrics(), "r3edge_shed_requests_total", reason="deadline") == 1
+        assert len(busy.result(300).results) == 12
+
+
+def test_timing_splits_queue_tokenize_and_inference(tiny_artifact):
+    """tokenize_ms is text to ids only; inference_ms the runtime calls; collation counts in total_ms only."""
     from r3edge.core.scoring import Scorer
 
     collate_s = 1.0
@@ -253,27 +368,61 @@ def test_timing_tokenize_ms_is_text_to_ids_only(tiny_artifact):
             time.sleep(collate_s)
             return super().collate_ids(rows)
 
-    with slow_server(tiny_artifact, delay_s=0.0) as (srv, c, runtime, _):
+    from r3edge.serve.config import ServeConfig
+    from r3edge.serve.server import BackgroundServer, load_runtime_for
+
+    cfg = ServeConfig(artifact=str(tiny_artifact), port=0, max_batch_size=1)
+    runtime = load_runtime_for(cfg)
+    from r3edge.api.client import RerankerClient
+
+    with BackgroundServer(cfg, runtime=runtime) as srv, RerankerClient(srv.target, timeout=300) as c:
+        c.wait_ready(120)
         real = runtime.scorer
-        runtime.scorer = SlowCollate(real.spec, real.tokenizer)
+        srv.server.engine.scorer = SlowCollate(real.spec, real.tokenizer)
         t = c.rerank_raw(QUERY, candidates(3), top_k=0).timing
     assert 0 < t.tokenize_ms and 0 < t.inference_ms
     # three micro-batches, each collated in >= 1 s: counted in total_ms, in neither part
-    assert t.total_ms - t.tokenize_ms - t.inference_ms >= 3 * collate_s * 1e3, t
+    assert t.total_ms - t.tokenize_ms - t.inference_ms >= 3 * collate_s * 1e3 - t.queue_ms, t
+
+
+def test_requests_share_micro_batches(tiny_artifact):
+    """Pairs of concurrent requests are batched together (r3edge_batch_requests > 1), and each request
+    still gets exactly the scores it gets alone."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from r3edge.api.client import RerankerClient
+    from r3edge.serve.config import ServeConfig
+    from r3edge.serve.server import BackgroundServer
+
+    cfg = ServeConfig(artifact=str(tiny_artifact), port=0, metrics_port=0, max_batch_wait_s=0.05)
+    queries = [f"{QUERY} {k}" for k in range(8)]
+    with BackgroundServer(cfg) as srv, RerankerClient(srv.target, timeout=300) as c:
+        c.wait_ready(60)
+        alone = [[r.score for r in c.rerank(q, candidates(6), top_k=0)] for q in queries]
+        with ThreadPoolExecutor(8) as ex:
+            together = list(ex.map(lambda q: [r.score for r in c.rerank(q, candidates(6), top_k=0)], queries))
+        hist = metric_values(srv.server.metrics_port)
+    np.testing.assert_allclose(together, alone, atol=1e-5)
+    shared = sum(v for (name, labels), v in hist.items() if name == "r3edge_batch_requests_bucket"
+                 and dict(labels)["le"] == "1.0")
+    total = metric(hist, "r3edge_batch_requests_count")
+    assert total > shared, "some micro-batch held pairs of more than one request"
 
 
 def test_overload_sheds_with_resource_exhausted(tiny_artifact):
+    """Far more work than max_queue_delay_s can drain: refusals come at once with a push-back,
+    admitted requests finish, every call is answered, and the server takes work again."""
     from r3edge.api import pb2
     from r3edge.api.client import RerankerClient
     from r3edge.serve.config import ServeConfig
     from r3edge.serve.server import BackgroundServer
 
-    cfg = ServeConfig(artifact=str(tiny_artifact), port=0, max_concurrent_requests=1, max_queued_requests=0)
+    cfg = ServeConfig(artifact=str(tiny_artifact), port=0, metrics_port=0, max_queue_delay_s=0.2)
     with BackgroundServer(cfg) as srv, RerankerClient(srv.target, timeout=300) as c:
         c.wait_ready(60)
         req = pb2.RerankRequest(query=QUERY, top_k=10,
                                 candidates=[pb2.Candidate(id=i, text=t) for i, t in candidates(400, long=True)])
-        futures = [c.stub.Rerank.future(req, timeout=300) for _ in range(5)]
+        futures = [c.stub.Rerank.future(req, timeout=300) for _ in range(8)]
         codes = []
         for f in futures:
             try:
@@ -282,11 +431,38 @@ def test_overload_sheds_with_resource_exhausted(tiny_artifact):
             except grpc.RpcError as exc:
                 codes.append(exc.code())
                 if exc.code() == grpc.StatusCode.RESOURCE_EXHAUSTED:
-                    assert "max_concurrent_requests=1" in exc.details()
+                    assert "max_queue_delay_s=0.2" in exc.details()
+                    assert int(dict(exc.trailing_metadata())["grpc-retry-pushback-ms"]) > 0
         assert grpc.StatusCode.RESOURCE_EXHAUSTED in codes and grpc.StatusCode.OK in codes
         assert set(codes) <= {grpc.StatusCode.OK, grpc.StatusCode.RESOURCE_EXHAUSTED}
-        # the admission count is released: the server takes work again
+        got = metric_values(srv.server.metrics_port)
+        shed = codes.count(grpc.StatusCode.RESOURCE_EXHAUSTED)
+        assert metric(got, "r3edge_shed_requests_total", reason="queue_delay") == shed
+        assert metric(got, "r3edge_requests_total", method="Rerank", code="RESOURCE_EXHAUSTED") == shed
+        assert metric(got, "r3edge_requests_total", method="Rerank", code="OK") == codes.count(grpc.StatusCode.OK)
+        # admission is released: the server takes work again
         assert len(c.rerank(QUERY, candidates(5), top_k=3)) == 3
+
+
+def test_drain_keeps_serving_through_the_prestop_delay(tiny_artifact):
+    """On stop: health says NOT_SERVING at once, requests are still answered during the pre-stop delay,
+    then the server closes."""
+    from r3edge.api.client import RerankerClient
+    from r3edge.serve.config import ServeConfig
+    from r3edge.serve.server import BackgroundServer
+
+    cfg = ServeConfig(artifact=str(tiny_artifact), port=0)
+    srv = BackgroundServer(cfg).start()
+    stopper = threading.Thread(target=srv.stop, kwargs={"grace": 5.0, "prestop": 3.0})
+    with RerankerClient(srv.target, timeout=60) as c:
+        c.wait_ready(60)
+        stopper.start()
+        wait_for(lambda: not c.is_serving(), timeout=10)
+        assert not c.is_serving()
+        assert len(c.rerank(QUERY, candidates(3), top_k=0)) == 3, "answered during the pre-stop delay"
+        stopper.join(60)
+        with pytest.raises(grpc.RpcError):
+            c.rerank(QUERY, candidates(3), top_k=0, timeout=5)
 
 
 def test_config_flags_env_and_file(tmp_path):
@@ -299,8 +475,10 @@ def test_config_flags_env_and_file(tmp_path):
     cfg = ServeConfig.resolve({"port": 8000, "threads": None}, env=env, config_file=yml)
     assert (cfg.artifact, cfg.port, cfg.max_candidates, cfg.max_batch_size) == ("/a", 8000, 200, 8)
     assert ServeConfig.resolve({"artifact": "/b"}, env={}).max_candidates == 1000
-    with pytest.raises(R3EdgeError, match="max_queued_requests"):
-        ServeConfig.resolve({"artifact": "/b"}, env={"R3EDGE_MAX_QUEUED_REQUESTS": "lots"})
+    with pytest.raises(R3EdgeError, match="max_queue_delay_s"):
+        ServeConfig.resolve({"artifact": "/b"}, env={"R3EDGE_MAX_QUEUE_DELAY_S": "lots"})
+    with pytest.raises(R3EdgeError, match="truncation"):
+        ServeConfig.resolve({"artifact": "/b", "truncation": "shorten"}, env={})
 
 
 def test_cli_serve_subprocess_is_torch_free_and_stops_gracefully(tiny_artifact, sample_pairs_file, capsys):
@@ -341,4 +519,4 @@ def test_cli_help(command, capsys):
         build_parser().parse_args([command, "--help"])
     assert exc.value.code == 0
     out = capsys.readouterr().out
-    assert {"serve": "--max-queued-requests", "rerank": "--candidates", "bench": "--concurrency"}[command] in out
+    assert {"serve": "--max-queue-delay-s", "rerank": "--candidates", "bench": "--concurrency"}[command] in out
