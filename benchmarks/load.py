@@ -55,7 +55,7 @@ def run_load(target: str, queries: Sequence[QueryCandidates], requests: int, con
     """Send ``requests`` Rerank calls (cycling through ``queries``) from ``concurrency`` threads."""
     import grpc
 
-    from r3edge.api.client import RerankerClient
+    from r3edge.api.client import RerankerClient, Retry
     from r3edge.core.progress import Progress
 
     payloads = [(q.query, request_candidates(q, pad_to)) for q in queries]
@@ -65,7 +65,8 @@ def run_load(target: str, queries: Sequence[QueryCandidates], requests: int, con
     pairs_ok = 0
     lock = threading.Lock()
     bar = Progress(requests, f"load {target}") if progress else None
-    client = RerankerClient(target, timeout=timeout)
+    # no client retries: the load measures what the server answers, refusals included
+    client = RerankerClient(target, timeout=timeout, retry=Retry(max_attempts=1))
 
     def one(i: int) -> None:
         nonlocal pairs_ok

@@ -254,14 +254,14 @@ class SlowRuntime:
 def slow_server(artifact, delay_s: float = 1.0, **settings):
     """A real server on a free port whose runtime is a :class:`SlowRuntime`; one pair per micro-batch;
     its metrics on a port of their own."""
-    from r3edge.api.client import RerankerClient
+    from r3edge.api.client import RerankerClient, Retry
     from r3edge.serve.config import ServeConfig
     from r3edge.serve.server import BackgroundServer, load_runtime_for
 
     cfg = ServeConfig(**{"artifact": str(artifact), "port": free_port(), "metrics_port": 0, "max_batch_size": 1,
                          **settings})
     runtime = SlowRuntime(load_runtime_for(cfg), delay_s)
-    with BackgroundServer(cfg, runtime=runtime) as srv, RerankerClient(srv.target, timeout=300) as c:
+    with BackgroundServer(cfg, runtime=runtime) as srv, RerankerClient(srv.target, timeout=300, retry=Retry(1)) as c:
         c.wait_ready(120)
         runtime.armed = True
         yield srv, c, runtime, lambda: metric_values(srv.server.metrics_port)
@@ -413,12 +413,12 @@ def test_overload_sheds_with_resource_exhausted(tiny_artifact):
     """Far more work than max_queue_delay_s can drain: refusals come at once with a push-back,
     admitted requests finish, every call is answered, and the server takes work again."""
     from r3edge.api import pb2
-    from r3edge.api.client import RerankerClient
+    from r3edge.api.client import RerankerClient, Retry
     from r3edge.serve.config import ServeConfig
     from r3edge.serve.server import BackgroundServer
 
     cfg = ServeConfig(artifact=str(tiny_artifact), port=0, metrics_port=0, max_queue_delay_s=0.2)
-    with BackgroundServer(cfg) as srv, RerankerClient(srv.target, timeout=300) as c:
+    with BackgroundServer(cfg) as srv, RerankerClient(srv.target, timeout=300, retry=Retry(1)) as c:
         c.wait_ready(60)
         req = pb2.RerankRequest(query=QUERY, top_k=10,
                                 candidates=[pb2.Candidate(id=i, text=t) for i, t in candidates(400, long=True)])
@@ -442,6 +442,35 @@ def test_overload_sheds_with_resource_exhausted(tiny_artifact):
         assert metric(got, "r3edge_requests_total", method="Rerank", code="OK") == codes.count(grpc.StatusCode.OK)
         # admission is released: the server takes work again
         assert len(c.rerank(QUERY, candidates(5), top_k=3)) == 3
+
+
+def test_client_retries_after_the_servers_push_back(tiny_artifact):
+    """A refused call is retried by the client's gRPC retry policy after the server's push-back, and
+    succeeds once the queue has room; the server counted the refusal. The async client agrees."""
+    import asyncio
+
+    from r3edge.api.client import AsyncRerankerClient, RerankerClient
+
+    with slow_server(tiny_artifact, delay_s=0.3, max_queue_delay_s=0.5) as (srv, _, runtime, metrics):
+        busy_client = RerankerClient(srv.target, timeout=300)
+        busy = busy_client.stub.Rerank.future(rerank_request(10), timeout=300)  # ~3 s of work
+        wait_for(lambda: runtime.pairs_run >= 3)  # the engine now plans with the slow rate
+        with RerankerClient(srv.target, timeout=120) as retrying:
+            got = retrying.rerank(QUERY, candidates(2), top_k=0)
+        assert len(got) == 2 and len(busy.result(300).results) == 10
+        values = metrics()
+        assert metric(values, "r3edge_shed_requests_total", reason="queue_delay") >= 1
+        assert metric(values, "r3edge_requests_total", method="Rerank", code="OK") == 2
+        busy_client.close()
+        runtime.armed = False
+
+        async def both():
+            async with AsyncRerankerClient(srv.target, timeout=120) as c:
+                await c.wait_ready(30)
+                return await c.rerank(QUERY, candidates(5), top_k=3)
+
+        with RerankerClient(srv.target, timeout=120) as c:
+            assert asyncio.run(both()) == c.rerank(QUERY, candidates(5), top_k=3)
 
 
 def test_drain_keeps_serving_through_the_prestop_delay(tiny_artifact):
