@@ -237,7 +237,7 @@ class _HttpDoor:
         t0 = time.perf_counter()
         rid = request_id(request.headers.get(REQUEST_ID))
         method = METHODS[version]
-        pairs, detail, headers = 0, "", {REQUEST_ID: rid}
+        pairs, detail, headers, response = 0, "", {REQUEST_ID: rid}, None
         try:
             self._authorize(request)
             payload = await self._json(request)
@@ -247,6 +247,7 @@ class _HttpDoor:
             except ValidationError as exc:
                 raise _invalid(exc) from None
             body = await self._score(request, req, version, payload)
+            response = JSONResponse(body, headers=headers)  # rendered here: a failure (NaN) is ours, a 500
             status = 200
         except _Answer as ans:
             status, body, detail = ans.status, ans.body, ans.body["message"]
@@ -262,7 +263,7 @@ class _HttpDoor:
                     "code": str(ErrorKind.INTERNAL)}
         self.server.metrics.observe_request(method, str(status), pairs)
         log_request(rid, method, str(status), pairs, (time.perf_counter() - t0) * 1e3, detail)
-        return JSONResponse(body, status_code=status, headers=headers)
+        return response if response is not None else JSONResponse(body, status_code=status, headers=headers)
 
     def _authorize(self, request: Request) -> None:
         tokens = self.server.tokens
@@ -291,13 +292,15 @@ class _HttpDoor:
             payload = json.loads(b"".join(chunks))
         except (ValueError, UnicodeDecodeError) as exc:
             raise InvalidInput(f"the request body is not JSON: {exc}", FIXES["body"], field="body") from None
+        except RecursionError:
+            raise InvalidInput("the request body is JSON nested too deeply", FIXES["body"], field="body") from None
         if not isinstance(payload, dict):
             raise InvalidInput(f"the request body is a JSON {type(payload).__name__}, not an object", FIXES["body"],
                                field="body")
         return payload
 
     def _check(self, req: _Rerank) -> None:
-        """What the engine does not check: an empty query, the candidate limit."""
+        """What the engine does not check: an empty query, the candidate limit, text that is not Unicode."""
         if not req.query.strip():
             raise InvalidInput("query is empty", FIXES["query"], field="query")
         n, limit = len(req.documents), self.server.cfg.max_candidates
@@ -306,6 +309,13 @@ class _HttpDoor:
         if n > limit:
             raise InvalidInput(f"documents has {n} entries, over max_candidates={limit}",
                                "split the request, or start the server with a larger --max-candidates", field="documents")
+        for field, text in (("query", req.query), *((f"documents[{i}]", d) for i, d in enumerate(req.documents))):
+            try:
+                text.encode("utf-8")
+            except UnicodeEncodeError as exc:  # JSON's \u escapes can spell an unpaired UTF-16 surrogate
+                raise InvalidInput(f"{field} is not valid Unicode: {exc.reason} at character {exc.start}",
+                                   "send UTF-8 text; a \\u escape of a surrogate must be followed by its pair "
+                                   "(e.g. \\ud83d\\ude00)", field=field) from None
 
     async def _score(self, request: Request, req: _Rerank, version: str, payload: dict) -> dict:
         engine = self.server.engine

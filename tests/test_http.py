@@ -197,8 +197,12 @@ def test_unused_cohere_fields_are_ignored_and_named(http):
     ("1", {"query": QUERY, "documents": ["x"], "top_n": "three"}, "top_n", "valid integer"),
     ("1", {"query": QUERY, "documents": ["x"], "return_documents": "maybe"}, "return_documents", "valid boolean"),
     ("2", {"query": QUERY, "documents": ["x"], "max_tokens_per_doc": 0}, "max_tokens_per_doc", "greater than"),
+    ("2", b'{"query": "q\\ud800", "documents": ["x"]}', "query", "not valid Unicode"),
+    ("1", b'{"query": "q", "documents": ["x", {"text": "\\udfff"}]}', "documents[1]", "not valid Unicode"),
+    ("2", b'{"query": "q", "documents": ' + b"[" * 100_000 + b"]" * 100_000 + b"}", "body", "nested too deeply"),
 ], ids=["bad-json", "array", "no-query", "int-query", "blank-query", "no-documents", "documents-str", "documents-empty",
-        "doc-int", "v2-doc-object", "v1-doc-no-text", "too-many", "neg-top-n", "str-top-n", "bad-bool", "zero-max-tokens"])
+        "doc-int", "v2-doc-object", "v1-doc-no-text", "too-many", "neg-top-n", "str-top-n", "bad-bool", "zero-max-tokens",
+        "lone-surrogate-query", "lone-surrogate-doc", "deep-nesting"])
 def test_bad_requests_are_400_naming_the_field(http, version, body, field, needle):
     kw = {"content": body} if isinstance(body, bytes) else {"json": body}
     resp = http.post(f"/v{version}/rerank", **kw)
