@@ -61,6 +61,18 @@ REPO = Path(__file__).resolve().parents[2]
 LOST_CODES = ("DEADLINE_EXCEEDED", "UNAVAILABLE", "CANCELLED", "CLIENT_ERROR")
 REFUSED = "RESOURCE_EXHAUSTED"
 MODULES_CHECKED = ("r3edge", "r3edge.cli", "r3edge.serve.server", "r3edge.core.scoring", "r3edge.api")
+#: set on SIGTERM/SIGINT: callers stop, open channels are closed (their in-flight calls end), the report is written
+STOP = threading.Event()
+TARGETS: list = []
+
+
+def on_signal(signum, frame) -> None:
+    STOP.set()
+    for t in TARGETS:
+        t.close()
+    raise KeyboardInterrupt(signal.Signals(signum).name)
+
+
 #: run by the server's interpreter, cwd and PYTHONPATH: the files those modules really come from
 IMPORT_CHECK = ("import importlib, json; print(json.dumps({m: importlib.import_module(m).__file__ for m in "
                 + repr(MODULES_CHECKED) + "}))")
@@ -101,6 +113,16 @@ def rss_mb(pid: int) -> float | None:
             if p == pid:
                 return None
     return round(total, 1)
+
+
+def die_with_parent() -> None:
+    """In the server child (Linux): SIGTERM it when this script dies, even by SIGKILL, so no server outlives a run."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
 
 
 def free_port() -> int:
@@ -157,6 +179,7 @@ class Target:
         from r3edge.api import SERVICE_NAME, pb2
 
         self.grpc, self.pb2, self.address, self.timeout = grpc, pb2, address, timeout
+        TARGETS.append(self)
         mib = 64 << 20
         self.channel = grpc.insecure_channel(address, options=[("grpc.max_receive_message_length", mib),
                                                                ("grpc.max_send_message_length", mib)])
@@ -221,7 +244,7 @@ def closed_loop(target: Target, pays, concurrency: int, max_requests: int, max_s
 
     def worker(w: int) -> None:
         k = w
-        while time.perf_counter() < end:
+        while time.perf_counter() < end and not STOP.is_set():
             with lock:
                 i = next(counter, None)
             if i is None:
@@ -277,9 +300,8 @@ def open_loop(target: Target, pays, rate: float, duration_s: float, seed: int, l
     try:
         with ThreadPoolExecutor(workers) as pool:
             for i, sched in enumerate(times):
-                delay = t0 + sched - time.perf_counter()
-                if delay > 0:
-                    time.sleep(delay)
+                if STOP.wait(max(0.0, t0 + sched - time.perf_counter())):
+                    break
                 pool.submit(fire, i, sched)
     finally:
         ticker.close()
@@ -336,7 +358,7 @@ class Server:
         self.address = f"127.0.0.1:{self.port}"
         self.log = open(log_path, "w", encoding="utf-8")  # closed in stop()
         self.proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=self.log, stderr=subprocess.STDOUT,
-                                     start_new_session=True)
+                                     start_new_session=True, preexec_fn=die_with_parent)
         self.info = self._wait_ready(ready_s)
 
     def _wait_ready(self, ready_s: float) -> dict:
@@ -487,7 +509,7 @@ def phase_single(servers, targets, reqs, args) -> dict:
         ticker = Ticker(f"single {role} round {r + 1}", args.single_requests, args.single_s, args.progress_s)
         end = time.perf_counter() + args.single_s
         for i in range(args.single_requests):
-            if time.perf_counter() >= end:
+            if time.perf_counter() >= end or STOP.is_set():
                 break
             time.sleep(args.single_pause_s)
             code, ms = t.call(top100[(i + r) % len(top100)])
@@ -608,7 +630,8 @@ def goals(results: dict) -> list[dict]:
                 else "not judged: no admitted call")
         rmax = o["refused_ms"]["max"]
         add(p, "refusals answered in <= 50 ms (max)", rmax, 50.0, None if rmax is None else rmax <= 50.0,
-            f"{o['refused_ms']['n']} refusals" + ("" if rmax is not None else " (none to judge)"))
+            f"{o['refused_ms']['n']} refusals" + (f", p50 {o['refused_ms']['p50']:.1f} ms (timed at the client)" if rmax is not None
+                                                  else " (none to judge)"))
         add(p, "RSS growth <= 20%", o["rss_growth_pct"], 20.0, None if o["rss_growth_pct"] is None else o["rss_growth_pct"] <= 20.0,
             f"{o['rss_mb']['before']} -> {o['rss_mb']['after']} MB")
     b = ph.get("batching")
@@ -652,14 +675,20 @@ def write_report(results: dict, out: Path) -> Path:
              f"{m['cores_logical']} logical cores, {m['ram_gib']} GiB; {m['os']}; Python {m['python']}; "
              f"onnxruntime {m['versions'].get('onnxruntime')}, grpcio {m['versions'].get('grpcio')}. "
              f"Started {m['timestamp']}; the client ran on the same machine.", ""]
+    if results.get("interrupted"):
+        it = results["interrupted"]
+        lines += [f"**Interrupted** ({it['by']}) after {it['at_s']:.0f} s: phases finished "
+                  f"{', '.join(it['phases_done']) or 'none'}; of the phase running then, only the servers it had finished are shown.", ""]
     s = results["settings"]
     lines += [f"Artifact `{s['artifact']}`; requests `{s['requests']}` ({s['n_requests']} requests of "
               f"{s['candidates_per_request']:.0f} candidates, top_k {s['top_k']})."]
     for role, srv in results["servers"].items():
         info = srv.get("model_info", {})
         lines.append(f"- **{role}**: commit `{srv['code']['commit'][:12]}`{' (uncommitted changes)' if srv['code'].get('dirty') else ''}, "
-                     f"`{srv['command']}`; variant {info.get('variant')}, runtime {info.get('runtime')}; "
-                     f"r3edge.serve.server from `{srv['code']['module_files'].get('r3edge.serve.server')}`.")
+                     f"`{srv['command']}`; ModelInfo: artifact `{info.get('artifact')}`, variant {info.get('variant')}, "
+                     f"runtime {info.get('runtime')}, limits {info.get('limits')}; r3edge.serve.server imported from "
+                     f"`{srv['code']['module_files'].get('r3edge.serve.server')}`; RSS when ready {srv.get('rss_mb_ready')} MB; "
+                     f"alive at the end: {srv.get('alive_at_end')}.")
     lines += ["", "## Goals (issue 23)", "", "| phase | goal | measured | target | verdict |", "|---|---|---|---|---|"]
     for gl in results.get("goals", []):
         val = f(gl["value"], 2) if isinstance(gl["value"], float) else f(gl["value"])
@@ -679,12 +708,18 @@ def write_report(results: dict, out: Path) -> Path:
     b = ph.get("batching")
     if b:
         lines += ["", f"## Cross-request batching ({b['clients']} closed-loop clients, top-{b['candidates_per_request']} requests)", "",
-                  "| server | pairs/s | per segment pairs/s | per segment p50 ms | status codes |", "|---|---|---|---|---|"]
+                  "| server | pairs/s | per segment pairs/s | per segment p50 ms | status codes | client CPU s |",
+                  "|---|---|---|---|---|---|"]
         for role in ("baseline", "new"):
             r = b[role]
             lines.append(f"| {role} | {f(r['pairs_per_s'])} | {', '.join(f(x) for x in r['segment_pairs_per_s'])} | "
-                         f"{', '.join(f(x) for x in r['segment_p50_ms'])} | {r['codes']} |")
-        lines.append(f"\nnew / baseline: {f(b['ratio_new_over_baseline'], 2)}x (segments interleaved baseline, new, ...).")
+                         f"{', '.join(f(x) for x in r['segment_p50_ms'])} | {r['codes']} | "
+                         f"{f(sum(x['client_cpu_s'] for x in b['segments'][role]), 1)} |")
+        seg_s = b["segments"]["new"][0]["bound_s"] if b["segments"]["new"] else None
+        lines.append(f"\nnew / baseline: {f(b['ratio_new_over_baseline'], 2)}x; {len(b['segments']['new'])} segments of "
+                     f"{f(seg_s, 0)} s per server, interleaved baseline, new, ...; a client whose call was not OK waited "
+                     f"{f(b['segments']['new'][0]['backoff_after_failure_s'] * 1e3 if b['segments']['new'] else None, 0)} ms "
+                     "before its next call.")
     s1 = ph.get("single")
     if s1:
         lines += ["", "## One top-100 at a time", "", "| server | n | p50 ms | p95 ms |", "|---|---|---|---|"]
@@ -827,31 +862,45 @@ def main() -> int:
             results["servers"][role] = {"command": shlex.join(srv.cmd), "pid": srv.proc.pid, "model_info": srv.info,
                                         "code": baseline if role == "baseline" else new_code_files(),
                                         "rss_mb_ready": rss_mb(srv.proc.pid)}
-        for phase in phases:
-            print(f"\n=== {phase} === (load {load_avg()})", flush=True)
-            t0 = time.perf_counter()
-            la0 = load_avg()
-            if phase in ("overload", "sweep", "soak"):
-                res = {}
-                for role in roles:
-                    fn = {"overload": phase_overload, "sweep": phase_sweep, "soak": phase_soak}[phase]
-                    res[role] = fn(servers[role], targets[role], top100, args)
-                    if phase == "overload":
-                        res[role]["max_queue_delay_ms"], res[role]["max_queue_delay_source"] = queue_delay_of(
-                            servers[role].info, args.max_queue_delay_ms if role == "new" else None)
-            else:
-                res = {"batching": phase_batching, "single": phase_single}[phase](servers, targets, reqs, args)
-            results["phases"][phase] = res
-            results["load_avg"][phase] = {"start": la0, "end": load_avg(), "wall_s": round(time.perf_counter() - t0, 1)}
-            save()
-            print(f"=== {phase} done in {time.perf_counter() - t0:.0f} s", flush=True)
-            for gl in [x for x in results["goals"] if x["phase"].startswith(phase)]:
-                print(f"  {gl['goal']}: {verdict(gl['met'])} ({f(gl['value'], 2) if isinstance(gl['value'], float) else gl['value']}"
-                      f" vs {gl['target']}) {gl['detail']}", flush=True)
+        signal.signal(signal.SIGTERM, on_signal)
+        signal.signal(signal.SIGINT, on_signal)
+        try:
+            run_phases(phases, roles, servers, targets, top100, reqs, args, results, save)
+        except KeyboardInterrupt as exc:
+            results["interrupted"] = {"by": str(exc), "phases_done": list(results["load_avg"]),
+                                      "at_s": round(time.perf_counter() - t_start, 1)}
+            print(f"\ninterrupted ({exc}): writing what was measured", flush=True)
+        for role, srv in servers.items():
+            results["servers"][role]["alive_at_end"] = srv.alive()
+            results["servers"][role]["log"] = str(srv.log_path)
     save()
     report = write_report(results, out)
     print(f"\nresults: {out / 'results.json'}\nreport:  {report}")
     return 0
+
+
+def run_phases(phases, roles, servers, targets, top100, reqs, args, results, save) -> None:
+    for phase in phases:
+        print(f"\n=== {phase} === (load {load_avg()})", flush=True)
+        t0 = time.perf_counter()
+        la0 = load_avg()
+        if phase in ("overload", "sweep", "soak"):
+            res = results["phases"][phase] = {}  # a role finished before an interrupt is kept
+            for role in roles:
+                fn = {"overload": phase_overload, "sweep": phase_sweep, "soak": phase_soak}[phase]
+                res[role] = fn(servers[role], targets[role], top100, args)
+                if phase == "overload":
+                    res[role]["max_queue_delay_ms"], res[role]["max_queue_delay_source"] = queue_delay_of(
+                        servers[role].info, args.max_queue_delay_ms if role == "new" else None)
+        else:
+            res = {"batching": phase_batching, "single": phase_single}[phase](servers, targets, reqs, args)
+        results["phases"][phase] = res
+        results["load_avg"][phase] = {"start": la0, "end": load_avg(), "wall_s": round(time.perf_counter() - t0, 1)}
+        save()
+        print(f"=== {phase} done in {time.perf_counter() - t0:.0f} s", flush=True)
+        for gl in [x for x in results["goals"] if x["phase"].startswith(phase)]:
+            print(f"  {gl['goal']}: {verdict(gl['met'])} ({f(gl['value'], 2) if isinstance(gl['value'], float) else gl['value']}"
+                  f" vs {gl['target']}) {gl['detail']}", flush=True)
 
 
 if __name__ == "__main__":
