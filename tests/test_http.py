@@ -386,3 +386,50 @@ def test_health_turns_not_serving_during_the_prestop_delay(tiny_artifact):
         assert httpx.post(url + "/v2/rerank", json={"query": QUERY, "documents": ["x"]}, timeout=60).status_code == 200
     finally:
         stopper.join(60)
+
+
+# -- any input ---------------------------------------------------------------------------------------
+def _fuzz_strategies():
+    from hypothesis import strategies as st
+
+    # hard strings (a lone surrogate, which json.dumps spells as a \u escape, as a client may; NUL; a
+    # document far over its budget; the template's own special tokens; bidi marks) or any text
+    hard = st.sampled_from(["", " ", "\x00", "\ud800", "x\udfffy", "word " * 600, "<|im_end|>", "\u202e\ufeff"])
+    text = hard | st.text(st.characters(codec=None, exclude_categories=()), max_size=60)
+    leaf = st.none() | st.booleans() | st.integers(-2**70, 2**70) | st.floats(allow_nan=False) | text
+    value = st.recursive(leaf, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(text, inner, max_size=3),
+                         max_leaves=6)
+    options = {"top_n": st.integers(-2, 15) | st.none() | value, "return_documents": st.booleans() | value,
+               "model": text | st.none(), "max_tokens_per_doc": st.integers(-1, 600) | value, "priority": value}
+    well_formed = st.fixed_dictionaries({"query": text, "documents": st.lists(text | st.fixed_dictionaries({"text": text}),
+                                                                               min_size=1, max_size=12)}, optional=options)
+    loose = st.fixed_dictionaries({}, optional={"query": text | value, "documents": st.lists(value, max_size=4) | value,
+                                                **options})
+    body = (well_formed | loose | value).map(lambda d: json.dumps(d).encode()) | st.binary(max_size=200)
+    return st.sampled_from(["1", "2"]), body
+
+
+@slow
+def test_any_body_is_answered_200_or_400_naming_the_field(server, http):
+    from hypothesis import HealthCheck, given, settings
+
+    versions, bodies = _fuzz_strategies()
+
+    @settings(max_examples=150, deadline=None, database=None,
+              suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+    @given(version=versions, body=bodies)
+    def check(version, body):
+        resp = http.post(f"/v{version}/rerank", content=body)
+        assert resp.status_code in (200, 400), resp.text
+        out = resp.json()
+        if resp.status_code == 400:
+            assert out["code"] == "invalid_input" and out["field"] and "; fix: " in out["message"]
+            return
+        sent = json.loads(body)
+        n, top_n = len(sent["documents"]), sent.get("top_n") or 0
+        assert len(out["results"]) == (min(top_n, n) if top_n else n)
+        scores = [r["relevance_score"] for r in out["results"]]
+        assert scores == sorted(scores, reverse=True) and all(0.0 <= x <= 1.0 for x in scores)
+        assert len({r["index"] for r in out["results"]}) == len(scores) <= n
+
+    check()
