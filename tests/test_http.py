@@ -267,6 +267,66 @@ def test_bodies_over_max_message_mb_are_413(auth_server):
         assert c.post("/v2/rerank", json={"query": QUERY, "documents": ["ok"]}).status_code == 200
 
 
+# -- TLS and mutual TLS (the same PEM files as the gRPC door) ----------------------------------------
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory):
+    trustme = pytest.importorskip("trustme")
+    d = tmp_path_factory.mktemp("http-pki")
+    ca = trustme.CA()
+    files = {"ca": [ca.cert_pem]}
+    for who, name in (("server", "127.0.0.1"), ("client", "client.r3edge.test")):
+        cert = ca.issue_cert(name)
+        files |= {who: cert.cert_chain_pems, f"{who}_key": [cert.private_key_pem]}
+    out = {}
+    for name, blobs in files.items():
+        out[name] = d / f"{name}.pem"
+        out[name].write_bytes(b"".join(b.bytes() for b in blobs))
+    return out
+
+
+def tls_context(pki, client_cert: bool = False):
+    import ssl
+
+    ctx = ssl.create_default_context(cafile=str(pki["ca"]))
+    if client_cert:
+        ctx.load_cert_chain(str(pki["client"]), str(pki["client_key"]))
+    return ctx
+
+
+@slow
+def test_https_serves_trusting_clients_and_the_cohere_sdk(tiny_artifact, pki):
+    import cohere
+
+    srv = start_server(tiny_artifact, tls_cert=str(pki["server"]), tls_key=str(pki["server_key"]))
+    try:
+        url = f"https://127.0.0.1:{srv.server.http_port}"
+        with httpx.Client(verify=tls_context(pki), timeout=120) as c:
+            assert c.get(url + "/health").json() == {"status": "SERVING"}
+            sdk = cohere.ClientV2(api_key="x", base_url=url, httpx_client=c)
+            assert len(sdk.rerank(model="m", query=QUERY, documents=docs(5), top_n=2).results) == 2
+        with pytest.raises(httpx.ConnectError):  # a client that does not trust the server's CA
+            httpx.get(url + "/health", timeout=60)
+        with pytest.raises(httpx.TransportError):  # plain HTTP on the TLS port
+            httpx.get(f"http://127.0.0.1:{srv.server.http_port}/health", timeout=60)
+    finally:
+        srv.stop()
+
+
+@slow
+def test_mutual_tls_needs_a_client_certificate(tiny_artifact, pki):
+    srv = start_server(tiny_artifact, tls_cert=str(pki["server"]), tls_key=str(pki["server_key"]),
+                       tls_client_ca=str(pki["ca"]))
+    try:
+        url = f"https://127.0.0.1:{srv.server.http_port}/v2/rerank"
+        body = {"query": QUERY, "documents": docs(3)}
+        with pytest.raises(httpx.TransportError):
+            httpx.post(url, json=body, verify=tls_context(pki), timeout=60)
+        resp = httpx.post(url, json=body, verify=tls_context(pki, client_cert=True), timeout=60)
+        assert resp.status_code == 200 and len(resp.json()["results"]) == 3
+    finally:
+        srv.stop()
+
+
 # -- the official cohere SDK -------------------------------------------------------------------------
 @slow
 def test_cohere_sdk_v2_and_v1(server):
