@@ -493,3 +493,30 @@ def test_any_body_is_answered_200_or_400_naming_the_field(server, http):
         assert len({r["index"] for r in out["results"]}) == len(scores) <= n
 
     check()
+
+
+@slow
+def test_503_while_the_model_loads(tiny_artifact):
+    """The HTTP port is up before the engine: /health says NOT_SERVING and a rerank is told to retry."""
+    from r3edge.serve.config import ServeConfig
+    from r3edge.serve.server import BackgroundServer, load_runtime_for
+
+    runtime = SlowRuntime(load_runtime_for(ServeConfig(artifact=str(tiny_artifact))), 1.5)  # warm-up: 4.5 s
+    srv = BackgroundServer(ServeConfig(artifact=str(tiny_artifact), port=0, http_port=0, max_batch_size=1),
+                           runtime=runtime)
+    starter = threading.Thread(target=srv.start)
+    starter.start()
+    try:
+        wait_for(lambda: srv.server is not None and srv.server.http_port is not None, timeout=60)
+        url = base_url(srv)
+        assert runtime.started.wait(60) and srv.server.engine is None  # still warming up
+        health = httpx.get(url + "/health", timeout=60)
+        assert health.status_code == 503 and health.json() == {"status": "NOT_SERVING"}
+        resp = httpx.post(url + "/v2/rerank", json={"query": QUERY, "documents": ["x"]}, timeout=60)
+        assert resp.status_code == 503 and resp.json()["code"] == "unavailable", resp.text
+        assert "GET /health" in resp.json()["message"]
+        starter.join(120)
+        assert httpx.get(url + "/health", timeout=60).status_code == 200
+    finally:
+        starter.join(120)
+        srv.stop()
