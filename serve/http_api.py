@@ -46,12 +46,16 @@ Decisions:
   :data:`HTTP_STATUS_OF` by the error's kind; bad JSON, wrong types and missing fields are 400 (as
   Cohere answers), naming the field. A body over ``--max-message-mb`` is 413 before it is parsed;
   no or a wrong token is 401 (code ``unauthenticated``). Overload is 429 with ``Retry-After`` (whole
-  seconds, rounded up) and ``retry-after-ms`` (which Cohere's and OpenAI's SDKs honour).
+  seconds, rounded up) and ``retry-after-ms`` (which Cohere's SDK honours). While the model loads
+  the port is already up: a rerank is 503 (code ``unavailable``) and ``/health`` 503 NOT_SERVING.
+  Text that is not Unicode (a JSON ``\\u`` escape of an unpaired surrogate) is 400 naming its field.
+  Unknown paths and methods answer 404/405 in the same JSON shape.
 * **Cancellation.** A client that disconnects before its answer cancels its request: its pairs
   leave the engine's queue (``r3edge_dropped_requests_total{reason="cancelled"}``), status 499.
 
 Every answered rerank request is counted (``r3edge_requests_total{method="http_v1_rerank"|
-"http_v2_rerank", code}``) and logged once with its ``x-request-id``, which the response echoes.
+"http_v2_rerank", code}`` with the HTTP status as the code, 401 and 413 included) and logged once
+with its ``x-request-id``, which the response echoes.
 """
 
 from __future__ import annotations
