@@ -2,7 +2,8 @@
 
 Every error says what is wrong (``what``) and how to repair it (``fix``), and carries an
 :class:`ErrorKind`. The CLI prints ``what`` and ``fix`` and exits 2; the server maps the kind to a
-gRPC status code in one table (``r3edge.serve.server.STATUS_OF``), so nothing downstream decides a
+gRPC status and an HTTP status in one table each (``r3edge.serve.grpc_api.STATUS_OF``,
+``r3edge.serve.http_api.HTTP_STATUS_OF``), so nothing downstream decides a
 status by reading a message. Subclasses exist for the kinds callers branch on.
 """
 
@@ -12,7 +13,7 @@ from enum import StrEnum
 
 
 class ErrorKind(StrEnum):
-    """What sort of failure it is; decides the gRPC status code and nothing else."""
+    """What sort of failure it is; decides the gRPC and HTTP status codes and nothing else."""
 
     INVALID_INPUT = "invalid_input"        # a request, record, file content or flag value is wrong
     NOT_FOUND = "not_found"                # a file, directory, model or config is missing
