@@ -210,7 +210,8 @@ def test_health_and_reflection_stay_open(token_server):
 def test_refused_calls_are_not_counted_in_requests_total(token_server):
     """What the server does today: the token interceptor answers UNAUTHENTICATED before the service's
     handler runs, so r3edge_requests_total (and r3edge_request_pairs_total) count only authenticated
-    calls and there is no UNAUTHENTICATED code label; refused calls are not access-logged either."""
+    calls and there is no UNAUTHENTICATED code label; refused calls are not access-logged either.
+    (The HTTP door counts its 401s under the HTTP status: the two doors differ here.)"""
     with grpc.insecure_channel(address(token_server)) as ch:
         before = requests_total(token_server)
         for _ in range(3):

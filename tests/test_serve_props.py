@@ -143,6 +143,8 @@ def score_pairs(stub, q: str, docs: list[str]) -> np.ndarray:
 
 # -- any request: OK or INVALID_ARGUMENT, and OK keeps its promises -----------------------------
 def test_any_rerank_request_is_answered_ok_or_invalid_argument(stub, label_values):
+    from r3edge.api import pb2
+
     seen = []
 
     @BOUNDED
@@ -173,6 +175,11 @@ def test_any_rerank_request_is_answered_ok_or_invalid_argument(stub, label_value
         if len(res) == n:
             assert sum(r.truncated for r in res) == resp.truncated_docs
         assert resp.truncated_docs <= n
+        # ScorePairs on the same texts: the same numbers and the same truncation, in input order
+        sp = stub.ScorePairs(pb2.ScorePairsRequest(query=q, documents=[t for _, t in cands]), timeout=RPC_TIMEOUT)
+        assert len(sp.scores) == n and (sp.truncated_docs, sp.query_truncated) == (resp.truncated_docs, resp.query_truncated)
+        for r in res:
+            assert abs(sp.scores[r.index].score - r.score) <= SAME and sp.scores[r.index].truncated == r.truncated
 
     check()
     assert set(seen) == {grpc.StatusCode.OK, grpc.StatusCode.INVALID_ARGUMENT}, seen  # both sides of the contract ran
@@ -193,7 +200,7 @@ def test_corrupt_bodies_are_invalid_argument_in_one_log_line(server, channel, st
 
     @BOUNDED
     @given(st.sampled_from(sorted(raw)), st.one_of(st.binary(max_size=2048), mutated,
-                                                    st.sampled_from([b"\xff", b"\x0a\x02\xc3\x28", b"\x12\xff\xff\xff\xff\x0f"])))
+                                                    st.sampled_from(ODD_BODIES)))
     def check(method, body):
         code, _, details = call(raw[method], body)
         assert code in (grpc.StatusCode.OK, grpc.StatusCode.INVALID_ARGUMENT), (method, body, code, details)
@@ -213,11 +220,61 @@ def test_corrupt_bodies_are_invalid_argument_in_one_log_line(server, channel, st
     assert [r.id for r in resp.results] == ["a"]
 
 
+#: a lone byte; invalid UTF-8 in the query; a UTF-8-encoded UTF-16 surrogate (CESU) in the query; a length
+#: prefix far past the end; a candidate whose text is a surrogate; the empty body (a valid, empty message)
+ODD_BODIES = [b"\xff", b"\x0a\x02\xc3\x28", b"\x0a\x03\xed\xa0\x80", b"\x12\xff\xff\xff\xff\x0f",
+              b"\x0a\x01q\x12\x08\x0a\x01a\x12\x03\xed\xb0\x80", b""]
+
+
 def _mutate(body: bytes, flips: list[tuple[int, int]], keep: int) -> bytes:
     out = bytearray(body)
     for i, v in flips:
         out[i] = v
     return bytes(out[:keep])
+
+
+@pytest.fixture(scope="module")
+def reject_stub(tiny_artifact):
+    """The same artifact served with --truncation reject."""
+    from r3edge.api import pb2_grpc
+    from r3edge.serve.config import ServeConfig
+    from r3edge.serve.server import BackgroundServer
+
+    srv = BackgroundServer(ServeConfig(artifact=str(tiny_artifact), port=0, variant="fp32", truncation="reject")).start()
+    with grpc.insecure_channel(f"127.0.0.1:{srv.server.port}") as ch:
+        yield pb2_grpc.RerankerStub(ch)
+    srv.stop()
+
+
+def test_reject_policy_refuses_exactly_what_truncate_would_cut(stub, reject_stub):
+    """--truncation reject answers INVALID_ARGUMENT naming the over-long part exactly when the
+    truncating server reports a cut, and otherwise the same scores."""
+    import re
+
+    seen = []
+
+    @settings(BOUNDED, max_examples=40)
+    @given(query.filter(lambda q: q.strip()), st.lists(text, min_size=1, max_size=6))
+    def check(q, texts):
+        cands = [(f"c{i}", t) for i, t in enumerate(texts)]
+        cut = stub.Rerank(rerank_req(q, cands), timeout=RPC_TIMEOUT)
+        code, resp, details = call(reject_stub.Rerank, rerank_req(q, cands))
+        seen.append(code)
+        if not cut.query_truncated and not cut.truncated_docs:
+            assert code == grpc.StatusCode.OK, details
+            assert [(r.index, r.id) for r in resp.results] == [(r.index, r.id) for r in cut.results]
+            assert np.allclose([r.score for r in resp.results], [r.score for r in cut.results], rtol=0, atol=SAME)
+            return
+        assert code == grpc.StatusCode.INVALID_ARGUMENT, (cut.query_truncated, cut.truncated_docs)
+        if cut.query_truncated:
+            assert details.startswith("query"), details
+        else:
+            named = re.match(r"candidates\[(\d+)\]\.text", details)
+            assert named, details
+            assert {r.index: r.truncated for r in cut.results}[int(named.group(1))], details
+
+    check()
+    assert set(seen) == {grpc.StatusCode.OK, grpc.StatusCode.INVALID_ARGUMENT}, seen
 
 
 # -- a pair's score is its own --------------------------------------------------------------
