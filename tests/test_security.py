@@ -117,6 +117,11 @@ def test_mutual_tls_needs_a_client_certificate_from_the_ca(tiny_artifact, pki):
                  tls_client_ca=str(pki.ca)) as srv:
         with tls_channel(srv, ca=pki.ca, cert=pki.client_cert, key=pki.client_key) as ch:
             assert len(rerank(ch).results) == 2
+        from r3edge.api.client import RerankerClient
+
+        with RerankerClient(address(srv), timeout=RPC_TIMEOUT, tls_ca=pki.ca, tls_cert=pki.client_cert,
+                            tls_key=pki.client_key) as c:
+            assert len(c.rerank(QUERY, list(enumerate(DOCS)), top_k=2)) == 2
         with tls_channel(srv, ca=pki.ca) as ch:  # no client certificate
             assert code_of(lambda: rerank(ch)) == grpc.StatusCode.UNAVAILABLE
         with tls_channel(srv, ca=pki.ca, cert=pki.stranger_cert, key=pki.stranger_key) as ch:  # signed by another CA
@@ -156,6 +161,10 @@ def test_every_configured_token_is_accepted(token_server, token):
         scored = stub.ScorePairs(pb2.ScorePairsRequest(query=QUERY, documents=DOCS[:3]), timeout=RPC_TIMEOUT, metadata=auth)
         assert len(scored.scores) == 3
         assert stub.ModelInfo(pb2.ModelInfoRequest(), timeout=RPC_TIMEOUT, metadata=auth).variant
+        from r3edge.api.client import RerankerClient
+
+        with RerankerClient(address(token_server), timeout=RPC_TIMEOUT, token=token) as c:  # plain text to loopback
+            assert len(c.rerank(QUERY, list(enumerate(DOCS)), top_k=2)) == 2
         # the scheme is case-insensitive (RFC 7235)
         assert len(rerank(ch, metadata=(("authorization", f"bearer {token}"),)).results) == 2
 
@@ -229,6 +238,16 @@ def test_tls_and_token_together(tiny_artifact, pki):
         with tls_channel(srv, ca=pki.ca) as ch:
             assert code_of(lambda: rerank(ch)) == grpc.StatusCode.UNAUTHENTICATED
             assert len(rerank(ch, metadata=(("authorization", f"Bearer {TOKEN}"),)).results) == 2
+        # the public client's options reach the same server
+        from r3edge.api.client import RerankerClient
+
+        with RerankerClient(address(srv), timeout=RPC_TIMEOUT, tls_ca=pki.ca, token=TOKEN) as c:
+            c.wait_ready(RPC_TIMEOUT)
+            assert len(c.rerank(QUERY, list(enumerate(DOCS)), top_k=3)) == 3
+        with RerankerClient(address(srv), timeout=RPC_TIMEOUT, tls_ca=pki.ca) as c:
+            assert code_of(lambda: c.rerank(QUERY, list(enumerate(DOCS)))) == grpc.StatusCode.UNAUTHENTICATED
+        with RerankerClient(address(srv), timeout=RPC_TIMEOUT, tls_ca=pki.other_ca, token=TOKEN) as c:
+            assert code_of(lambda: c.rerank(QUERY, list(enumerate(DOCS)))) == grpc.StatusCode.UNAVAILABLE
 
 
 # -- settings refused before anything binds ----------------------------------------------------
