@@ -221,9 +221,10 @@ def test_corrupt_bodies_are_invalid_argument_in_one_log_line(server, channel, st
 
 
 #: a lone byte; invalid UTF-8 in the query; a UTF-8-encoded UTF-16 surrogate (CESU) in the query; a length
-#: prefix far past the end; a candidate whose text is a surrogate; the empty body (a valid, empty message)
+#: prefix far past the end; a candidate whose text is a surrogate; unknown groups nested 5,000 deep (past
+#: the parser's recursion limit); the empty body (a valid, empty message)
 ODD_BODIES = [b"\xff", b"\x0a\x02\xc3\x28", b"\x0a\x03\xed\xa0\x80", b"\x12\xff\xff\xff\xff\x0f",
-              b"\x0a\x01q\x12\x08\x0a\x01a\x12\x03\xed\xb0\x80", b""]
+              b"\x0a\x01q\x12\x08\x0a\x01a\x12\x03\xed\xb0\x80", b"\x7b" * 5000, b""]
 
 
 def _mutate(body: bytes, flips: list[tuple[int, int]], keep: int) -> bytes:
