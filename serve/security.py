@@ -3,9 +3,9 @@
 TLS (``--tls-cert``/``--tls-key``) and mutual TLS (``--tls-client-ca``) come from the same PEM files
 for both doors. Bearer tokens (``--auth-token``, ``R3EDGE_AUTH_TOKEN`` or ``--auth-token-file``) are
 compared in constant time; the health service stays open so that load balancers and orchestrators
-can probe without a secret. A server that would listen beyond loopback in plain text with no token
-refuses to start unless told ``--insecure``: an open reranker on a network is a mistake to make on
-purpose, not by a default.
+can probe without a secret. A server that would listen beyond loopback in plain text refuses to
+start unless told ``--insecure`` (a bearer token sent in clear is no protection): an open reranker
+on a network is a mistake to make on purpose, not by a default.
 """
 
 from __future__ import annotations
@@ -42,10 +42,12 @@ def check_settings(cfg: ServeConfig) -> None:
     if cfg.tls_client_ca and not cfg.tls_cert:
         raise InvalidInput("--tls-client-ca (mutual TLS) needs the server's own --tls-cert and --tls-key",
                            "add --tls-cert and --tls-key", field="tls_client_ca")
-    if not is_loopback(cfg.host) and not cfg.tls_cert and not load_tokens(cfg) and not cfg.insecure:
-        raise InvalidInput(f"binding {cfg.host} (beyond loopback) in plain text with no auth token",
-                           "add --tls-cert/--tls-key and/or --auth-token-file, or pass --insecure on purpose",
-                           field="host")
+    load_tokens(cfg)  # a missing or unreadable token file fails here, before anything binds
+    if not is_loopback(cfg.host) and not cfg.tls_cert and not cfg.insecure:
+        raise InvalidInput(f"binding {cfg.host} (beyond loopback) in plain text: requests, and any bearer token, "
+                           "would cross the network unencrypted",
+                           "add --tls-cert/--tls-key (and --auth-token-file), or pass --insecure on purpose "
+                           "(e.g. behind a TLS-terminating proxy)", field="host")
 
 
 def is_loopback(host: str) -> bool:
@@ -62,7 +64,12 @@ def load_tokens(cfg: ServeConfig) -> tuple[str, ...]:
     tokens = [cfg.auth_token] if cfg.auth_token else []
     raw = _read(cfg.auth_token_file, "auth_token_file")
     if raw is not None:
-        tokens += [line.strip() for line in raw.decode().splitlines() if line.strip()]
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            raise InvalidInput(f"--auth-token-file {cfg.auth_token_file} is not UTF-8 text",
+                               "write one token per line as plain text", field="auth_token_file") from None
+        tokens += [line.strip() for line in text.splitlines() if line.strip()]
         if not tokens:
             raise InvalidInput(f"--auth-token-file {cfg.auth_token_file} holds no token",
                                "write one token per line", field="auth_token_file")
@@ -83,9 +90,28 @@ def grpc_credentials(cfg: ServeConfig) -> grpc.ServerCredentials | None:
     """TLS server credentials (client certificates required when ``tls_client_ca`` is set), or None."""
     if not cfg.tls_cert:
         return None
+    cert, key = _read(cfg.tls_cert, "tls_cert"), _read(cfg.tls_key, "tls_key")
     ca = _read(cfg.tls_client_ca, "tls_client_ca")
-    return grpc.ssl_server_credentials([(_read(cfg.tls_key, "tls_key"), _read(cfg.tls_cert, "tls_cert"))],
-                                       root_certificates=ca, require_client_auth=ca is not None)
+    _check_pem(cfg)
+    return grpc.ssl_server_credentials([(key, cert)], root_certificates=ca, require_client_auth=ca is not None)
+
+
+def _check_pem(cfg: ServeConfig) -> None:
+    """Parse the PEM files with the standard library first: gRPC reports a bad certificate, a bad key
+    or a key of another certificate only as "Failed to bind", naming nothing."""
+    import ssl
+
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    checks = [("tls_cert", lambda: ctx.load_verify_locations(cafile=cfg.tls_cert)),
+              ("tls_client_ca", lambda: cfg.tls_client_ca and ctx.load_verify_locations(cafile=cfg.tls_client_ca)),
+              ("tls_key", lambda: ctx.load_cert_chain(cfg.tls_cert, cfg.tls_key))]
+    for field, check in checks:
+        try:
+            check()
+        except (ssl.SSLError, ValueError) as exc:
+            raise InvalidInput(f"--{field.replace('_', '-')} {getattr(cfg, field)} is not usable: {exc}",
+                               "pass a PEM certificate chain, its own private key (unencrypted) and a PEM CA bundle",
+                               field=field) from None
 
 
 def uvicorn_tls(cfg: ServeConfig) -> dict:

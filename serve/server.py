@@ -76,7 +76,9 @@ class RerankServer:
         mib = cfg.max_message_mb * 1024 * 1024
         self._server = grpc.aio.server(
             interceptors=[security.TokenAuthInterceptor(self.tokens)] if self.tokens else None,
-            options=[("grpc.max_receive_message_length", mib), ("grpc.max_send_message_length", mib)])
+            # no SO_REUSEPORT: a second server on a taken port must fail, not silently share the traffic
+            options=[("grpc.max_receive_message_length", mib), ("grpc.max_send_message_length", mib),
+                     ("grpc.so_reuseport", 0)])
         self.service = RerankerService(cfg, self.metrics)
         self._server.add_generic_rpc_handlers((self.service.handlers(),))
         self.health = health.aio.HealthServicer()
@@ -85,8 +87,11 @@ class RerankServer:
             (SERVICE_NAME, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME),
             self._server)
         address = f"{cfg.host}:{cfg.port}"
-        self.port = (self._server.add_secure_port(address, credentials) if credentials
-                     else self._server.add_insecure_port(address))
+        try:
+            self.port = (self._server.add_secure_port(address, credentials) if credentials
+                         else self._server.add_insecure_port(address))
+        except RuntimeError as exc:  # grpc raises "Failed to bind" (older versions returned 0)
+            raise Unavailable(f"cannot bind {address}: {exc}", "pick a free --port (or 0 for any)", field="port") from None
         if not self.port:
             raise Unavailable(f"cannot bind {address}", "pick a free --port (or 0 for any)", field="port")
         await self._set_health(False)

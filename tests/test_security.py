@@ -274,6 +274,7 @@ def test_refused_settings_name_the_field(tiny_artifact, pki, tmp_path):
         (dict(auth_token_file=str(tmp_path / "nope.txt")), ErrorKind.NOT_FOUND, "auth_token_file"),
         (dict(host="0.0.0.0"), ErrorKind.INVALID_INPUT, "host"),
         (dict(host="0.0.0.0", insecure=False, auth_token=""), ErrorKind.INVALID_INPUT, "host"),  # an empty token is none
+        (dict(host="0.0.0.0", auth_token=TOKEN), ErrorKind.INVALID_INPUT, "host"),  # a token in clear protects nothing
     ]
     empty = tmp_path / "empty-tokens.txt"
     empty.write_text("\n  \n")
@@ -285,7 +286,8 @@ def test_refused_settings_name_the_field(tiny_artifact, pki, tmp_path):
     assert "--insecure" in refused(tiny_artifact, host="0.0.0.0").fix
 
 
-@pytest.mark.parametrize("settings", [dict(insecure=True), dict(auth_token=TOKEN)], ids=["insecure", "token"])
+@pytest.mark.parametrize("settings", [dict(insecure=True), dict(insecure=True, auth_token=TOKEN)],
+                         ids=["insecure", "insecure-token"])
 def test_non_loopback_host_starts_when_told_so_or_protected(tiny_artifact, settings):
     from grpc_health.v1 import health_pb2
 
@@ -295,9 +297,7 @@ def test_non_loopback_host_starts_when_told_so_or_protected(tiny_artifact, setti
         assert len(rerank(ch, metadata=auth).results) == 2
 
 
-# -- known gaps (strict xfail: each turns into a failure the day it is fixed, so remove the mark then) --
-@pytest.mark.xfail(strict=True, raises=UnicodeDecodeError, reason="bug: load_tokens decodes --auth-token-file with bytes.decode() and lets "
-                   "UnicodeDecodeError out (a traceback, no field); fix: catch it and raise InvalidInput(field='auth_token_file')")
+# -- gaps found by these tests and fixed --
 def test_token_file_that_is_not_text_names_the_field(tiny_artifact, tmp_path):
     from r3edge.core.errors import ErrorKind
 
@@ -307,11 +307,6 @@ def test_token_file_that_is_not_text_names_the_field(tiny_artifact, tmp_path):
     assert (err.kind, err.field) == (ErrorKind.INVALID_INPUT, "auth_token_file")
 
 
-@pytest.mark.xfail(strict=True, raises=RuntimeError, reason="bug: PEM files are only checked to exist; a file that is not "
-                   "a certificate or key, "
-                   "or a key of another certificate, makes grpc's add_secure_port raise RuntimeError('Failed to bind to "
-                   "address 127.0.0.1:0') naming no field; fix: parse them with the stdlib ssl module in grpc_credentials "
-                   "and raise InvalidInput naming tls_cert / tls_key / tls_client_ca")
 @pytest.mark.parametrize("which, field", [("cert", "tls_cert"), ("key", "tls_key"), ("other_key", "tls_key"),
                                           ("client_ca", "tls_client_ca")])
 def test_pem_files_that_are_not_what_they_claim_name_the_field(tiny_artifact, pki, tmp_path, which, field):
@@ -332,10 +327,6 @@ def test_pem_files_that_are_not_what_they_claim_name_the_field(tiny_artifact, pk
     assert (err.kind, err.field) == (ErrorKind.INVALID_INPUT, field), err
 
 
-@pytest.mark.xfail(strict=True, raises=pytest.fail.Exception, reason="bug: grpc enables SO_REUSEPORT by default, so a "
-                   "second server (any process of "
-                   "the same user) binds the same --port and silently takes part of the traffic; fix: pass "
-                   "('grpc.so_reuseport', 0) in grpc.aio.server options in RerankServer.start")
 def test_a_port_already_served_is_refused(tiny_artifact):
     from r3edge.core.errors import ErrorKind
 
@@ -344,9 +335,6 @@ def test_a_port_already_served_is_refused(tiny_artifact):
     assert (err.kind, err.field) == (ErrorKind.UNAVAILABLE, "port")
 
 
-@pytest.mark.xfail(strict=True, raises=RuntimeError, reason="bug: grpc's add_insecure_port/add_secure_port raise RuntimeError on a port in "
-                   "use (they no longer return 0), so RerankServer.start's `if not self.port` is dead and the error names "
-                   "no field; fix: wrap them in try/except RuntimeError and raise Unavailable(..., field='port') from it")
 def test_a_port_in_use_is_refused_naming_the_field(tiny_artifact):
     import socket
 
@@ -359,11 +347,6 @@ def test_a_port_in_use_is_refused_naming_the_field(tiny_artifact):
     assert (err.kind, err.field) == (ErrorKind.UNAVAILABLE, "port")
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason="bug: the scoring contract encodes queries and documents "
-                   "with the tokenizer's added tokens live, so a document (a tweet) containing '<|im_end|>' or "
-                   "'<|im_start|>assistant' closes the user turn and writes the assistant's turn itself (prompt injection "
-                   "into the score); fix in r3edge/core/scoring.py: encode user text with a copy of the tokenizer that has "
-                   "encode_special_tokens = True (the template's head/mid/tail keep theirs), and version the contract")
 def test_special_token_strings_in_user_text_stay_text(token_server):
     """What the served scorer feeds the model: the template's special tokens, and none from user text."""
     scorer = token_server.runtime.scorer

@@ -66,7 +66,7 @@ def channel_args(target: str, *, max_message_mb: int = 32, retry: Retry | None =
 
     TLS is on when any ``tls_*`` file is given or ``tls`` is set (system roots); ``tls_cert``/``tls_key``
     present a client certificate (mutual TLS); ``token`` is sent as ``authorization: Bearer`` on every
-    call, which gRPC allows only over TLS, except to a loopback address.
+    call, which this client does only over TLS or to a loopback address (a token in clear is no secret).
     """
     mib = max_message_mb * 1024 * 1024
     options = [("grpc.max_receive_message_length", mib), ("grpc.max_send_message_length", mib),
@@ -79,11 +79,27 @@ def channel_args(target: str, *, max_message_mb: int = 32, retry: Retry | None =
         creds = grpc.ssl_channel_credentials(_read(tls_ca), _read(tls_key), _read(tls_cert))
     if token:
         call = grpc.access_token_call_credentials(token)
+        if creds is None and not _loopback(target):
+            raise InvalidInput(f"a bearer token to {target} over plain text would cross the network unencrypted",
+                               "connect with TLS (tls_ca=..., or tls=True for the system roots)", field="token")
         if creds is None:
             creds = grpc.composite_channel_credentials(grpc.local_channel_credentials(), call)
         else:
             creds = grpc.composite_channel_credentials(creds, call)
     return target, creds, options
+
+
+def _loopback(target: str) -> bool:
+    host = target.rsplit(":", 1)[0].strip("[]") if ":" in target else target
+    host = host.removeprefix("ipv4:").removeprefix("ipv6:").removeprefix("dns:").lstrip("/")
+    if host == "localhost":
+        return True
+    import ipaddress
+
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def _rerank_request(query: str, candidates: Sequence[tuple[str, str]], top_k: int) -> pb2.RerankRequest:

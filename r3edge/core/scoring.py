@@ -241,6 +241,13 @@ class Scorer:
             )
         self.spec = spec
         self.tokenizer = tokenizer
+        # User text (queries, documents) is encoded with special-token strings taken as plain text: a
+        # post containing "<|im_end|>" or "[SEP]" must not close the template's turn or segment and
+        # write the answer itself. The template pieces keep their special tokens.
+        from tokenizers import Tokenizer
+
+        self._text_tokenizer = Tokenizer.from_str(tokenizer.to_str())
+        self._text_tokenizer.encode_special_tokens = True
         self._head = self._ids(spec.template.head)
         self._mid = self._ids(spec.template.mid)
         self._tail = self._ids(spec.template.tail)
@@ -360,7 +367,7 @@ class Scorer:
             raise ValueError("queries and documents differ in length")
         spec = self.spec
         uniq = list(dict.fromkeys(queries))
-        q_full = dict(zip(uniq, (e.ids for e in self.tokenizer.encode_batch(uniq, add_special_tokens=False))))
+        q_full = dict(zip(uniq, (e.ids for e in self._text_tokenizer.encode_batch(uniq, add_special_tokens=False))))
         for q, qi in q_full.items():
             if len(qi) > spec.max_query_tokens and query_overflow == "reject":
                 raise InvalidInput(
@@ -370,7 +377,7 @@ class Scorer:
                     "or let the server truncate it (--truncation truncate)",
                     field="query",
                 )
-        d_encs = self.tokenizer.encode_batch(list(documents), add_special_tokens=False)
+        d_encs = self._text_tokenizer.encode_batch(list(documents), add_special_tokens=False)
         out = []
         for i, (q, d) in enumerate(zip(queries, d_encs)):
             qi = q_full[q][: spec.max_query_tokens]
