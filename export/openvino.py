@@ -34,7 +34,10 @@ class NncfSettings:
 
     #: ``transformer`` turns on SmoothQuant for MatMuls and keeps LayerNorm/Softmax/GELU in float
     model_type: Literal["transformer"] = "transformer"
-    #: ``performance``: symmetric activations and weights; ``mixed``: asymmetric activations
+    #: ``performance``: symmetric activations and weights; ``mixed``: asymmetric activations. Measured on a
+    #: trained MiniLM cross-encoder (200 calibration pairs, 10 held-out top-100 lists, AVX2 box): ``mixed``
+    #: kept more of fp32's top 10 (0.94 vs 0.90) at the same speed, but a pair's score moved by 0.002
+    #: between scoring it alone and in a batch, over the parity gate's 0.001, so the export rejected it
     preset: NncfPresetName = "performance"
     #: calibration pairs used at most (NNCF's own default is 300)
     subset_size: int = 300
