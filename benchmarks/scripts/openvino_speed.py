@@ -147,7 +147,7 @@ def main() -> int:
         f"Student: {results['student']}. {len(queries)} held-out requests of {int(np.mean(results['candidates_per_request']))} "
         f"candidates (~{results['tokens_per_request_mean']:.0f} tokens each), {args.reps} timed rounds; each round scores the next "
         f"request with every variant in a shuffled order (`score_pairs`, micro-batches of <= {DEFAULT_MAX_BATCH_TOKENS} tokens). "
-        f"1-min load average per round: {min(loads):.2f}-{max(loads):.2f} (the box is shared).",
+        f"1-min load average per round: {min(loads):.2f}-{max(loads):.2f}.",
         "",
         "| variant | runtime | p50 ms per top-100 | p95 ms | top-10 vs fp32 | max abs Δlogit | argmax agreement | batch invariance |",
         "|---|---|---|---|---|---|---|---|",
