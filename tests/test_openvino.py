@@ -116,6 +116,23 @@ def test_openvino_is_batch_invariant(artifact, variant):
 
 
 @pytest.mark.slow
+def test_openvino_runtime_scores_from_several_threads_at_once(encoder_artifact):
+    """The server calls label_logits from its worker threads concurrently: same logits as one at a time."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from r3edge.core.openvino_runtime import OpenVinoRuntime
+
+    rt = OpenVinoRuntime(encoder_artifact, "ov-int8", threads=1)
+    ids, mask = rt.scorer.collate(rt.scorer.encode_batch(QUERIES, DOCS))
+    batches = [(ids[i:i + 2], mask[i:i + 2]) for i in range(0, len(ids), 2)] * 4
+    alone = [rt.label_logits(i, m) for i, m in batches]
+    with ThreadPoolExecutor(4) as pool:
+        together = list(pool.map(lambda b: rt.label_logits(*b), batches))
+    for a, b in zip(alone, together):
+        np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.slow
 def test_open_runtime_dispatches_on_the_manifest(encoder_artifact, tmp_path):
     from r3edge.core.onnx_runtime import OnnxRuntime
     from r3edge.core.openvino_runtime import OpenVinoRuntime
