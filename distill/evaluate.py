@@ -31,8 +31,9 @@ def torch_student_score_fn(student_dir: str | Path, *, dtype: str = "float32") -
 
 
 def artifact_score_fn(artifact_dir: str | Path, variant: str | None = None) -> Scoring:
-    """An exported artifact scored in this process by ONNX Runtime (the runtime the server loads)."""
-    return _runtime_score_fn(artifact_dir, variant, backend="onnxruntime")
+    """An exported artifact scored in this process by the runtime its manifest names for ``variant``
+    (ONNX Runtime or OpenVINO; :func:`r3edge.core.runtime_loader.open_runtime`)."""
+    return _runtime_score_fn(artifact_dir, variant, backend="artifact")
 
 
 def _runtime_score_fn(directory: str | Path, variant: str | None, backend: str) -> Scoring:

@@ -1,10 +1,11 @@
-"""``r3edge export``: student directory -> validated ONNX scoring-graph artifact.
+"""``r3edge export``: student directory -> validated ONNX (and OpenVINO IR) scoring-graph artifact.
 
 The artifact is built in ``<out>.partial`` and renamed only after fp32 parity (and each
 variant's hard checks) passed, so a failed or killed export never leaves a directory that
 ``r3edge serve`` would accept. Layout::
 
     model.fp32.onnx  model.int8.onnx  [model.fp16.onnx]   scoring graphs (contract 4)
+    [model.ov-int8.xml + .bin ...]                         OpenVINO IR variants (r3edge.export.openvino)
     scorer.json  tokenizer.json                            the input contract (contract 3)
     manifest.json                                          variants -> files, default, fingerprint
     export_report.json                                     parity per variant, timings, scheme
@@ -17,10 +18,11 @@ import time
 from pathlib import Path
 
 from r3edge import __version__
-from r3edge.core.artifact import INPUT_NAMES, OUTPUT_NAME, PREFIX_GRAPHS, write_manifest
+from r3edge.core.artifact import INPUT_NAMES, OPENVINO, OUTPUT_NAME, PREFIX_GRAPHS, RUNTIMES, write_manifest
 from r3edge.core.errors import InvalidInput, NotFound, R3EdgeError, require
 from r3edge.core.fileio import partial_dir, publish_dir
 from r3edge.core.scoring import SCORER_FILE, Scorer, plan_batches
+from r3edge.export.openvino import OV_PRESETS, build_ir, ir_file
 from r3edge.export.options import ExportOptions
 from r3edge.export.parity import ParityError, Tolerances, check_variant, load_pairs
 from r3edge.export.quantize import PRESETS, quantize
@@ -29,7 +31,16 @@ REPORT_FILE = "export_report.json"
 
 
 def variant_file(variant: str) -> str:
-    return f"model.{variant}.onnx"
+    """The file of ``variant`` in an artifact: ``model.<variant>.onnx``, or the ``.xml`` of an OpenVINO IR."""
+    return ir_file(variant) if variant in OV_PRESETS else f"model.{variant}.onnx"
+
+
+def _variant_files(tmp: Path, variant: str) -> list[Path]:
+    """Every file of ``variant`` in ``tmp``: the graph and its external data, or the IR's .xml and .bin."""
+    path = tmp / variant_file(variant)
+    if variant in OV_PRESETS:
+        return [p for p in (path, path.with_suffix(".bin")) if p.exists()]
+    return list(tmp.glob(path.name + "*"))
 
 
 def check_no_vocab_projection(model_path: Path, vocab_size: int, n_labels: int) -> dict:
@@ -103,6 +114,16 @@ def _ort_runner(path: Path, threads: int | None):
     return lambda ids, mask: sess.run([OUTPUT_NAME], {"input_ids": ids, "attention_mask": mask})[0]
 
 
+def _variant_runner(name: str, path: Path, threads: int | None):
+    """``run_batch`` over the variant's file in the runtime that will serve it (the parity gate's runner)."""
+    preset = OV_PRESETS.get(name)
+    if preset is None:
+        return _ort_runner(path, threads)
+    from r3edge.core.openvino_runtime import IrRunner, compile_ir
+
+    return IrRunner(compile_ir(path, threads, preset.inference_precision))
+
+
 def export_artifact(
     student_dir: str | Path,
     out_dir: str | Path,
@@ -123,6 +144,11 @@ def export_artifact(
     from r3edge.model.student import lm_score_fn, load_student, scoring_module, vocab_size
 
     opts = ExportOptions.model_validate({**(options.model_dump() if options else {}), **settings})
+    ov_variants = [n for n in opts.variants if n in OV_PRESETS]
+    if ov_variants:  # before minutes of export, not after
+        require("openvino", "export")
+        if any(OV_PRESETS[n].calibrate for n in ov_variants):
+            require("nncf", "export")
     t_start = time.perf_counter()
     student_dir, out = Path(student_dir), Path(out_dir)
     if not (student_dir / SCORER_FILE).is_file():
@@ -181,6 +207,9 @@ def export_artifact(
         "inputs": list(INPUT_NAMES),
         "output": OUTPUT_NAME,
         "quantization": {n: quant[n]["preset"] for n in quant if n in names},
+        RUNTIMES: {n: "openvino" if n in OV_PRESETS else "onnxruntime" for n in names},
+        **({OPENVINO: {n: {"inference_precision": OV_PRESETS[n].inference_precision} for n in names if n in OV_PRESETS}}
+           if any(n in OV_PRESETS for n in names) else {}),
         **({PREFIX_GRAPHS: prefix_graphs} if prefix_graphs else {}),
         "student": student_dir.resolve().name,  # a name for people; artifacts hold no local paths
         "r3edge_version": __version__,
@@ -228,30 +257,37 @@ def _build_variants(scorer: Scorer, opts: ExportOptions, tmp: Path, fp32_path: P
     quant: dict = {}
     for name in opts.variants:
         path = tmp / variant_file(name)
-        if name != "fp32":
+        ov = OV_PRESETS.get(name)
+        preset = ov or PRESETS.get(name)
+        if ov is not None:
+            t0 = time.perf_counter()
+            # one pair per feed: NNCF's activation ranges then never see padding
+            feeds = _calib_feeds(scorer, queries, docs, batch_size=1) if ov.calibrate else None
+            quant[name] = build_ir(ov, fp32_path, path, feeds, log=log)
+            stage(f"openvino_{name}", t0)
+        elif name != "fp32":
             t0 = time.perf_counter()
             feeds = _calib_feeds(scorer, queries, docs) if PRESETS[name].calibrate_method else None
             quant[name] = quantize(PRESETS[name], fp32_path, path, feeds, log=log)
             stage(f"quantize_{name}", t0)
         t0 = time.perf_counter()
-        preset = PRESETS.get(name)
         try:
             rep = check_variant(
-                name, scorer, _ort_runner(path, opts.threads), ref, queries, docs,
-                exact=name == "fp32", batch_invariant=preset.batch_invariant if preset else True, tol=tol,
+                name, scorer, _variant_runner(name, path, opts.threads), ref, queries, docs,
+                exact=name == "fp32" or (ov is not None and ov.exact), batch_invariant=preset.batch_invariant if preset else True, tol=tol,
             )
         except ParityError as exc:
             if name == "fp32":
                 raise  # the reference graph is wrong: no artifact at all
             # A broken optional variant must not be served, but it should not cost the user the
             # validated fp32 artifact either: drop it, say why, keep going.
-            for p in tmp.glob(path.name + "*"):
+            for p in _variant_files(tmp, name):
                 p.unlink()
             report["rejected"][name] = {"check": str(exc.check), "what": exc.what, "scheme": preset.description}
             log(f"[export] WARNING: variant {name} rejected and left out of the artifact: {exc.what}")
             continue
         rep["file"] = path.name
-        rep["bytes"] = sum(p.stat().st_size for p in tmp.glob(path.name + "*"))
+        rep["bytes"] = sum(p.stat().st_size for p in _variant_files(tmp, name))
         rep["scheme"] = preset.description if preset else "fp32 dynamo export"
         report["variants"][name] = rep
         stage(f"parity_{name}", t0)

@@ -2,7 +2,7 @@
 
 One pydantic model holds every default, its validation and its help text; the CLI derives its
 flags from the fields, so a default is stated once. Importing it is cheap: the
-CLI's ``--help`` never loads the exporter or torch (numpy and the quantization presets only).
+CLI's ``--help`` never loads the exporter, torch or OpenVINO (numpy and the quantization presets only).
 """
 
 from __future__ import annotations
@@ -13,7 +13,11 @@ from collections.abc import Sequence
 from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, field_validator, model_validator
 
 from r3edge.core.errors import InvalidInput
-from r3edge.export.quantize import VARIANTS
+from r3edge.export.openvino import OV_PRESETS
+from r3edge.export.quantize import VARIANTS as ONNX_VARIANTS
+
+#: Every variant ``r3edge export`` can build: the ONNX graphs, then the OpenVINO IR (``ov-*``).
+VARIANTS = (*ONNX_VARIANTS, *OV_PRESETS)
 
 #: max |Δ label logit| allowed between the ONNX fp32 graph and PyTorch
 DEFAULT_ATOL = 1e-3
@@ -39,8 +43,9 @@ class ExportOptions(BaseModel):
     variants: tuple[str, ...] = Field(
         ("fp32", "int8"),
         description="comma-separated variants: fp32, int8 (static QDQ), int8-row (per-row dynamic), int8-smooth "
-        "(int8-row + SmoothQuant + GPTQ), int8-weight (weight-only), int8-dynamic, fp16; fp32 is always built; a "
-        "quantized variant that fails its checks is left out and reported")
+        "(int8-row + SmoothQuant + GPTQ), int8-weight (weight-only), int8-dynamic, fp16, and OpenVINO IR: ov-fp32, "
+        "ov-int8 (NNCF static int8); fp32 is always built; a quantized variant that fails its checks is left out and "
+        "reported")
     default: str | None = Field(None, description="variant the server loads when none is named (unset: fp32)",
                                 json_schema_extra={"flag": "--default-variant"})
     calib_pairs: str | None = Field(

@@ -20,8 +20,9 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from r3edge.api import SERVICE_NAME
+from r3edge.core.artifact import Runtime
 from r3edge.core.errors import Unavailable
-from r3edge.core.onnx_runtime import OnnxRuntime
+from r3edge.core.runtime_loader import open_runtime
 from r3edge.core.scoring import default_max_batch_tokens
 from r3edge.serve import security
 from r3edge.serve.config import ServeConfig
@@ -40,11 +41,12 @@ def machine_threads() -> int:
         return os.cpu_count() or 1
 
 
-def load_runtime_for(cfg: ServeConfig) -> OnnxRuntime:
-    """The artifact's runtime named by the config (the server never runs torch); its threads default
-    to the machine's, since one batcher thread owns it."""
-    return OnnxRuntime(cfg.artifact, variant=cfg.variant, threads=cfg.threads or machine_threads(),
-                       prefix_reuse=cfg.prefix_reuse)
+def load_runtime_for(cfg: ServeConfig) -> Runtime:
+    """The artifact's runtime for the configured variant, ONNX Runtime or OpenVINO as its manifest
+    says (the server never runs torch); its threads default to the machine's, since one batcher
+    thread owns it."""
+    return open_runtime(cfg.artifact, variant=cfg.variant, threads=cfg.threads or machine_threads(),
+                        prefix_reuse=cfg.prefix_reuse)
 
 
 class RerankServer:

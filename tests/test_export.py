@@ -421,10 +421,11 @@ def test_export_flags_derive_from_export_options(capsys):
     from r3edge.cli import build_parser, main
     from r3edge.core.errors import InvalidInput
     from r3edge.export import options as export_options
+    from r3edge.export.openvino import OV_PRESETS
     from r3edge.export.options import ExportOptions
     from r3edge.export.quantize import PRESETS
 
-    assert export_options.VARIANTS == ("fp32", *PRESETS)
+    assert export_options.VARIANTS == ("fp32", *PRESETS, *OV_PRESETS)
     args = build_parser().parse_args(["export", "student", "--out", "art"])
     given = {n: getattr(args, n) for n in ExportOptions.model_fields if hasattr(args, n)}
     assert given == {}  # nothing restated by argparse: ExportOptions decides every default

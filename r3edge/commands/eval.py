@@ -15,7 +15,8 @@ def configure(parser):
     what.add_argument("--artifact", metavar="DIR", help="artifact directory written by `r3edge export` (scored with its runtime)")
     what.add_argument("--server", metavar="HOST:PORT", help="address of a running `r3edge serve`")
     parser.add_argument("--variant", default=None, metavar="NAME",
-                        help="artifact variant to score (fp32, int8, fp16; default: the artifact's default); only with --artifact")
+                        help="artifact variant to score (fp32, int8-smooth, ov-int8, ...: any the artifact lists; "
+                        "default: its default), in the runtime its manifest names; only with --artifact")
     parser.add_argument("--json", default=None, metavar="OUT", help="also write the metrics as JSON to this file")
 
 

@@ -4,8 +4,10 @@ and the runtime interface every scorer of an artifact implements.
 A runtime is one scoring graph bound to the scorer spec it was exported with. Callers never format
 inputs themselves: they ask ``runtime.scorer`` (the one formatter) for ids and hand them to
 :meth:`Runtime.label_logits`. Implementations: :class:`r3edge.core.onnx_runtime.OnnxRuntime`
-(torch-free, what the server loads) and :class:`r3edge.model.torch_runtime.TorchRuntime` (the
-PyTorch reference that exports are checked against).
+(torch-free, what the server loads), :class:`r3edge.core.openvino_runtime.OpenVinoRuntime` (torch-free,
+the OpenVINO IR variants) and :class:`r3edge.model.torch_runtime.TorchRuntime` (the PyTorch reference
+that exports are checked against). :func:`r3edge.core.runtime_loader.open_runtime` picks the
+torch-free one a variant needs from the manifest.
 
 This module stays torch-free (the server runs without torch).
 """
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import json
 from abc import ABC, abstractmethod
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +37,14 @@ OUTPUT_NAME = "label_logits"
 #: prefix graph's outputs) to ``label_logits [B, n_labels]``. Optional: artifacts without it are
 #: scored through the single graph.
 PREFIX_GRAPHS = "prefix_graphs"
+#: Manifest key ``{variant: runtime}``: which runtime scores each variant's file, ``onnxruntime`` (an
+#: ONNX graph) or ``openvino`` (an OpenVINO IR ``.xml``, its weights in the ``.bin`` beside it). A
+#: variant absent from it, and every variant of an artifact written before the key existed, is ONNX.
+RUNTIMES = "runtimes"
+RUNTIME_NAMES = ("onnxruntime", "openvino")
+#: Manifest key of the OpenVINO variants' settings: ``{variant: {"inference_precision": "f32"}}``, the
+#: precision the export's parity checks compiled the IR with (its weights are the ``.bin`` beside the ``.xml``).
+OPENVINO = "openvino"
 
 
 def cache_names(kind: str, layers: int) -> list[str]:
@@ -110,6 +121,63 @@ def read_manifest(artifact_dir: str | Path) -> dict[str, Any]:
     if not isinstance(variants, dict) or not variants or manifest.get("default") not in variants:
         raise FormatError(f"{path} lists no variants or a default that is not one of them", "re-run `r3edge export`")
     return manifest
+
+
+def variant_runtime(manifest: dict[str, Any], variant: str) -> str:
+    """The runtime that scores ``variant`` (:data:`RUNTIMES`; ``onnxruntime`` when the manifest names none)."""
+    runtime = (manifest.get(RUNTIMES) or {}).get(variant, "onnxruntime")
+    if runtime not in RUNTIME_NAMES:
+        raise FormatError(f"{MANIFEST_FILE} says variant {variant!r} runs on {runtime!r}; this r3edge knows "
+                          f"{', '.join(RUNTIME_NAMES)}", "re-export the student with this r3edge version (`r3edge export`)")
+    return runtime
+
+
+@dataclass(frozen=True)
+class ArtifactVariant:
+    """One variant of an artifact, checked: its manifest, its scorer, its name and its model file."""
+
+    artifact_dir: Path
+    manifest: dict[str, Any]
+    scorer: Scorer
+    variant: str
+    path: Path
+
+
+def open_variant(artifact_dir: str | Path, variant: str | None, runtime: str) -> ArtifactVariant:
+    """Read and check what every runtime of ``runtime``'s kind needs before it loads a graph.
+
+    The manifest's format, the scorer against the fingerprint the graph was exported with, that the
+    variant exists (``None``: the manifest's default), is scored by ``runtime`` and that its file is
+    there; each failure is a typed error with its fix, so a wrong artifact fails when it is opened.
+    """
+    artifact_dir = Path(artifact_dir)
+    manifest = read_manifest(artifact_dir)
+    # Scorer.load fails with a fix when scorer.json is missing or its label ids do not belong
+    # to tokenizer.json (files mixed from two models).
+    scorer = Scorer.load(artifact_dir)
+    fp = manifest.get("scorer_fingerprint")
+    if fp and fp != scorer.spec.fingerprint():
+        raise FormatError(
+            f"{artifact_dir}/scorer.json differs from the spec the graph was exported with "
+            f"(fingerprint {scorer.spec.fingerprint()} != {fp} in {MANIFEST_FILE})",
+            "do not edit scorer.json inside an artifact; re-export from the student directory",
+        )
+    variants: dict[str, str] = manifest["variants"]
+    name = variant or manifest["default"]
+    if name not in variants:
+        raise InvalidInput(
+            f"artifact {artifact_dir} has no variant {name!r} (it has {', '.join(variants)})",
+            f"pick one of {', '.join(variants)}, or re-export with --variants {name}", field="variant",
+        )
+    found = variant_runtime(manifest, name)
+    if found != runtime:
+        raise InvalidInput(f"variant {name!r} of {artifact_dir} is scored by {found}, not {runtime}",
+                           "open artifacts with r3edge.core.runtime_loader.open_runtime, which picks the runtime "
+                           "from the manifest", field="variant")
+    path = artifact_dir / variants[name]
+    if not path.is_file():
+        raise NotFound(f"{path} listed in {MANIFEST_FILE} is missing", "re-run `r3edge export`")
+    return ArtifactVariant(artifact_dir, manifest, scorer, name, path)
 
 
 def write_manifest(artifact_dir: str | Path, manifest: dict[str, Any]) -> None:

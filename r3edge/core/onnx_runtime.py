@@ -15,10 +15,9 @@ from typing import Any
 
 import numpy as np
 
-from r3edge.core.artifact import INPUT_NAMES, MANIFEST_FILE, OUTPUT_NAME, Runtime, check_inputs, read_manifest
-from r3edge.core.errors import FormatError, InvalidInput, MissingDependency, NotFound, require
+from r3edge.core.artifact import INPUT_NAMES, OUTPUT_NAME, Runtime, check_inputs, open_variant
+from r3edge.core.errors import FormatError, InvalidInput, MissingDependency, require
 from r3edge.core.onnx_prefix import OnnxPrefixRunner, prefix_files
-from r3edge.core.scoring import Scorer
 
 DEVICES = ("auto", "cpu", "cuda", "tensorrt")
 
@@ -41,9 +40,10 @@ def open_session(path: str | Path, threads: int | None = None, providers: list |
     opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     opts.inter_op_num_threads = 1
     # Idle intra-op workers sleep instead of spinning: the server's batcher, tokenizer and event-loop
-    # threads share the cores with them. Measured on the 2-core AVX2 box, the served demo-shape
-    # artifact (serve_load.py's overload phase, one top-100 alone, runs interleaved): p50 2,857-2,915 ms
-    # spinning, 1,364-1,499 ms not.
+    # threads, and whatever else runs on the machine, share the cores with them. On the 2-core AVX2
+    # box, the served demo-shape artifact (one top-100 alone, runs interleaved) took p50 2,857-2,915 ms
+    # spinning and 1,364-1,499 ms not while other processes loaded it (load 2-4); idle, the two were
+    # within noise (serving-cpu-2core: 1,065 ms against the spinning baseline server's 1,025 ms).
     opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
     if threads:
         opts.intra_op_num_threads = int(threads)
@@ -107,28 +107,9 @@ class OnnxRuntime(Runtime):
     ):
         """``profile_prefix`` turns on ONNX Runtime's profiler (``session.end_profiling()`` writes
         its JSON there), so a per-op profile times exactly the session the server runs."""
-        self.artifact_dir = Path(artifact_dir)
-        self.manifest = read_manifest(self.artifact_dir)
-        # Scorer.load fails with a fix when scorer.json is missing or its label ids do not belong
-        # to tokenizer.json (files mixed from two models).
-        self.scorer = Scorer.load(self.artifact_dir)
-        fp = self.manifest.get("scorer_fingerprint")
-        if fp and fp != self.scorer.spec.fingerprint():
-            raise FormatError(
-                f"{self.artifact_dir}/scorer.json differs from the spec the graph was exported with "
-                f"(fingerprint {self.scorer.spec.fingerprint()} != {fp} in {MANIFEST_FILE})",
-                "do not edit scorer.json inside an artifact; re-export from the student directory",
-            )
-        variants: dict[str, str] = self.manifest["variants"]
-        self.variant = variant or self.manifest["default"]
-        if self.variant not in variants:
-            raise InvalidInput(
-                f"artifact {self.artifact_dir} has no variant {self.variant!r} (it has {', '.join(variants)})",
-                f"pick one of {', '.join(variants)}, or re-export with --variants {self.variant}",
-            )
-        self.model_path = self.artifact_dir / variants[self.variant]
-        if not self.model_path.is_file():
-            raise NotFound(f"{self.model_path} listed in {MANIFEST_FILE} is missing", "re-run `r3edge export`")
+        opened = open_variant(artifact_dir, variant, "onnxruntime")
+        self.artifact_dir, self.manifest, self.scorer = opened.artifact_dir, opened.manifest, opened.scorer
+        self.variant, self.model_path = opened.variant, opened.path
 
         self.threads = threads
         providers = _providers(device, self.variant, self.artifact_dir)

@@ -1,8 +1,8 @@
-"""Open any scorer of the artifact contract by backend name: the ONNX artifact or the torch student.
+"""Open any scorer of the artifact contract by backend name: an exported artifact or the torch student.
 
-Lives in the model layer because the torch backend needs the model code; the ONNX backend is the
-torch-free :class:`r3edge.core.onnx_runtime.OnnxRuntime` (what the server loads directly), and torch
-is imported only when ``backend="torch"`` is asked for.
+Lives in the model layer because the torch backend needs the model code; an artifact's variants are
+opened by the torch-free :func:`r3edge.core.runtime_loader.open_runtime` (ONNX Runtime or OpenVINO,
+as the manifest says), and torch is imported only when ``backend="torch"`` is asked for.
 """
 
 from __future__ import annotations
@@ -12,29 +12,30 @@ from pathlib import Path
 from r3edge.core.artifact import Runtime
 from r3edge.core.errors import InvalidInput
 
-BACKENDS = ("onnxruntime", "torch")
+BACKENDS = ("artifact", "torch")
 
 
 def load_runtime(
     artifact_dir: str | Path,
     variant: str | None = None,
     threads: int | None = None,
-    backend: str = "onnxruntime",
+    backend: str = "artifact",
 ) -> Runtime:
     """Open an artifact (or, for ``backend="torch"``, a student directory) for scoring.
 
-    ``variant`` picks ``fp32``/``int8``/``fp16`` (default: the manifest's default); ``threads``
-    caps intra-op threads (default: the library's choice).
+    ``variant`` picks one of the artifact's variants (``fp32``, ``int8-smooth``, ``ov-int8``, ...;
+    default: the manifest's default) or, for torch, ``fp32``/``bf16``; ``threads`` caps intra-op
+    threads (default: the library's choice).
     """
-    if backend == "onnxruntime":
-        from r3edge.core.onnx_runtime import OnnxRuntime
+    if backend == "artifact":
+        from r3edge.core.runtime_loader import open_runtime
 
-        return OnnxRuntime(artifact_dir, variant=variant, threads=threads)
+        return open_runtime(artifact_dir, variant=variant, threads=threads)
     if backend == "torch":
         from r3edge.model.torch_runtime import TorchRuntime  # torch only on request
 
         return TorchRuntime(artifact_dir, variant=variant, threads=threads)
-    raise InvalidInput(f"unknown runtime backend {backend!r}", f"use one of {', '.join(BACKENDS)}")
+    raise InvalidInput(f"unknown runtime backend {backend!r}", f"use one of {', '.join(BACKENDS)}", field="backend")
 
 
 __all__ = ["Runtime", "load_runtime", "BACKENDS"]

@@ -1,0 +1,156 @@
+"""OpenVINO backend: the artifact's OpenVINO IR variants on CPU (torch-free, like ONNX Runtime).
+
+``r3edge export --variants ov-fp32,ov-int8`` writes IR beside the ONNX graphs (``model.<variant>.xml``
+and ``.bin``, converted from the exported fp32 ONNX graph; ``ov-int8`` quantized by NNCF on the
+export's calibration pairs). As with :class:`r3edge.core.onnx_runtime.OnnxRuntime`, the compiled
+model is checked against the scoring-graph contract when it opens, so a wrong or broken IR fails at
+start-up with a fix, not on the first request.
+
+Each variant is compiled with the ``inference_precision`` its manifest entry records, the one its
+parity checks ran with: OpenVINO otherwise picks bf16 for the float parts on CPUs with native bf16
+(AVX-512 BF16, AMX), which moves logits well past the fp32 tolerance. Only the CPU device is
+supported and tested here.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from r3edge.core.artifact import INPUT_NAMES, OPENVINO, OUTPUT_NAME, Runtime, check_inputs, open_variant
+from r3edge.core.errors import FormatError, InvalidInput, NotFound, require
+
+#: What ``device`` may be: ``auto`` is the CPU (OpenVINO's GPU and NPU plugins are untested here).
+DEVICES = ("auto", "cpu")
+#: OpenVINO's ``INFERENCE_PRECISION_HINT`` values an artifact may record.
+PRECISIONS = ("f32", "bf16")
+#: When a manifest entry names none (the export always does): fp32, whatever the CPU offers.
+DEFAULT_PRECISION = "f32"
+
+
+def compile_ir(path: str | Path, threads: int | None = None, inference_precision: str = DEFAULT_PRECISION):
+    """The ``openvino.CompiledModel`` every r3edge caller scores an IR with (runtime, export parity,
+    benchmarks): the CPU plugin, the latency hint (one stream: the server batches itself and runs
+    requests from its own threads), ``threads`` inference threads (OpenVINO's default when None)."""
+    ov = require("openvino", "serve")
+    path = Path(path)
+    if inference_precision not in PRECISIONS:
+        raise InvalidInput(f"inference precision {inference_precision!r}", f"use one of {', '.join(PRECISIONS)}",
+                           field="inference_precision")
+    weights = path.with_suffix(".bin")
+    for needed in (path, weights):
+        if not needed.is_file():
+            raise NotFound(f"OpenVINO IR file {needed} is missing", "re-run `r3edge export` (an IR is the .xml and its .bin)")
+    config: dict[str, Any] = {"PERFORMANCE_HINT": "LATENCY", "NUM_STREAMS": 1, "INFERENCE_PRECISION_HINT": inference_precision}
+    if threads:
+        config["INFERENCE_NUM_THREADS"] = int(threads)
+    core = ov.Core()
+    try:
+        return core.compile_model(core.read_model(str(path), str(weights)), "CPU", config)
+    except Exception as exc:  # openvino raises RuntimeError subclasses of its own
+        raise FormatError(f"OpenVINO could not load {path}: {str(exc).strip().splitlines()[0] if str(exc).strip() else exc}",
+                          "re-run `r3edge export` (the .xml and .bin must come from the same export)") from exc
+
+
+def check_ir_contract(compiled, n_labels: int, where: str) -> None:
+    """Contract 4 on a compiled IR: int64 ``input_ids``/``attention_mask``, one float ``label_logits [batch, n_labels]``."""
+    inputs = {i.get_any_name(): i for i in compiled.inputs}
+    if set(inputs) != set(INPUT_NAMES):
+        raise FormatError(f"{where} has inputs {sorted(inputs)}, expected {list(INPUT_NAMES)}",
+                          "export with `r3edge export`, which emits the r3edge scoring graph")
+    for name in INPUT_NAMES:
+        if inputs[name].get_element_type().get_type_name() != "i64":
+            raise FormatError(f"{where}: input {name} is {inputs[name].get_element_type()}, expected int64", "re-run `r3edge export`")
+    outputs = compiled.outputs
+    if len(outputs) != 1 or outputs[0].get_any_name() != OUTPUT_NAME:
+        raise FormatError(f"{where} has outputs {[o.get_any_name() for o in outputs]}, expected ['{OUTPUT_NAME}']",
+                          "this looks like a full LM export; export the label scorer with `r3edge export`")
+    out = outputs[0]
+    shape = out.get_partial_shape()
+    last = shape[shape.rank.get_length() - 1] if shape.rank.is_static else None
+    if (out.get_element_type().get_type_name() != "f32" or not shape.rank.is_static or shape.rank.get_length() != 2
+            or (last is not None and last.is_static and last.get_length() != n_labels)):
+        raise FormatError(f"{where}: {OUTPUT_NAME} is {out.get_element_type()} {shape}, expected f32 [batch, {n_labels}]",
+                          "the graph and scorer.json disagree on the label set; re-export from one student directory")
+
+
+class IrRunner:
+    """``(input_ids, attention_mask) -> label_logits`` on a compiled IR, safe to call from several
+    threads at once: each calling thread gets its own infer request (one request is not reentrant)."""
+
+    def __init__(self, compiled):
+        self.compiled = compiled
+        self._output = compiled.output(0)
+        self._local = threading.local()
+
+    def __call__(self, input_ids: np.ndarray, attention_mask: np.ndarray) -> np.ndarray:
+        request = getattr(self._local, "request", None)
+        if request is None:
+            request = self._local.request = self.compiled.create_infer_request()
+        result = request.infer({"input_ids": input_ids, "attention_mask": attention_mask})
+        return np.array(result[self._output], dtype=np.float32)
+
+
+class OpenVinoRuntime(Runtime):
+    """One OpenVINO IR variant of an export artifact, compiled for the CPU."""
+
+    def __init__(
+        self,
+        artifact_dir: str | Path,
+        variant: str | None = None,
+        threads: int | None = None,
+        device: str = "auto",
+        prefix_reuse: bool = True,
+        inference_precision: str | None = None,
+    ):
+        """``prefix_reuse`` is accepted so every runtime opens with the server's settings; the export
+        writes no OpenVINO prefix graphs, so OpenVINO variants always run the single graph
+        (``prefix`` is None). ``inference_precision`` overrides the manifest's (for measurements)."""
+        if device not in DEVICES:
+            raise InvalidInput(f"unknown OpenVINO device {device!r}", f"use one of {', '.join(DEVICES)}", field="device")
+        opened = open_variant(artifact_dir, variant, "openvino")
+        self.artifact_dir, self.manifest, self.scorer = opened.artifact_dir, opened.manifest, opened.scorer
+        self.variant, self.model_path = opened.variant, opened.path
+        settings = (self.manifest.get(OPENVINO) or {}).get(self.variant) or {}
+        self.inference_precision = inference_precision or settings.get("inference_precision", DEFAULT_PRECISION)
+        self.threads = threads
+        self.compiled = compile_ir(self.model_path, threads, self.inference_precision)
+        check_ir_contract(self.compiled, self.scorer.spec.n_labels, str(self.model_path))
+        self._run = IrRunner(self.compiled)
+        self.prefix = None
+        self.providers = ["OpenVINO:CPU"]
+        self.name = f"openvino-cpu:{self.variant}"
+
+    def label_logits(self, input_ids: np.ndarray, attention_mask: np.ndarray) -> np.ndarray:
+        ids, mask = check_inputs(input_ids, attention_mask)
+        return self._run(ids, mask)
+
+    def info(self) -> dict[str, Any]:
+        ov = require("openvino", "serve")
+        return {
+            "backend": "openvino",
+            "name": self.name,
+            "variant": self.variant,
+            "variants": list(self.manifest["variants"]),
+            "providers": list(self.providers),
+            "threads": self.threads or os.cpu_count(),
+            "inference_precision": self.inference_precision,
+            "files": {"model": self.model_path.name, "weights": self.model_path.with_suffix(".bin").name,
+                      "scorer": "scorer.json", "tokenizer": "tokenizer.json"},
+            "prefix_reuse": False,
+            "artifact_dir": str(self.artifact_dir),
+            "scorer_fingerprint": self.scorer.spec.fingerprint(),
+            "n_labels": self.scorer.spec.n_labels,
+            "label_tokens": list(self.scorer.spec.label_tokens),
+            "quantization": self.manifest.get("quantization", {}).get(self.variant),
+            "r3edge_version": self.manifest.get("r3edge_version"),
+            "openvino_version": ov.get_version(),
+        }
+
+    def close(self) -> None:
+        self._run = None
+        self.compiled = None

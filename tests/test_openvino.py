@@ -1,0 +1,228 @@
+"""The OpenVINO runtime on real parts: the tiny causal (Qwen2) and encoder (BERT) students exported with
+their OpenVINO IR variants by the real exporter (openvino.convert_model + nncf.quantize), scored by
+OpenVINO on the CPU and compared with ONNX Runtime on the same artifact's fp32 graph."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import CONFIGS, SAMPLE_QUERIES
+from test_train import write_labels
+
+from r3edge.core.errors import FormatError, InvalidInput, NotFound
+
+pytest.importorskip("openvino")
+
+BERT_TINY = CONFIGS / "student" / "bert-tiny.yaml"
+OV_VARIANTS = ("fp32", "ov-fp32", "ov-int8")
+# Emoji, non-Latin script, a one-word document and one long enough to be cut at the token budget.
+DOCS = [c["text"] for q in SAMPLE_QUERIES for c in q["candidates"]] + [
+    "مرحبا! QNB أفضل بنك 🏦 #doha", "Beach day 🌊 " * 80, "ok"]
+QUERIES = [q["query"] for q in SAMPLE_QUERIES for _ in q["candidates"]] + [SAMPLE_QUERIES[0]["query"]] * 3
+#: max |Δ label logit| between the OpenVINO fp32 IR and ONNX Runtime's fp32 graph (measured: <= 1e-6)
+FP32_ATOL = 1e-4
+#: max |Δ expected relevance| (0..2) between ov-int8 and ONNX fp32 on these untrained tiny models, whose
+#: random weights exaggerate quantization error (measured: 0.03 BERT, 0.16 Qwen2); fidelity on trained
+#: weights is measured by benchmarks/scripts/openvino_speed.py
+INT8_SCORE_TOL = 0.25
+
+
+def _export(student: Path, out: Path, calib: Path) -> Path:
+    from r3edge.export.onnx import export_artifact
+
+    return export_artifact(student, out, variants=OV_VARIANTS, calib_pairs=calib, log=lambda *a, **k: None)
+
+
+@pytest.fixture(scope="module")
+def causal_artifact(tiny_student, sample_pairs_file, tmp_path_factory) -> Path:
+    return _export(tiny_student, tmp_path_factory.mktemp("ov") / "causal", sample_pairs_file)
+
+
+@pytest.fixture(scope="module")
+def encoder_artifact(sample_pairs_file, tmp_path_factory) -> Path:
+    """The tiny BERT cross-encoder (fused fp32 graph with ONNX Runtime contrib ops) with its IR variants."""
+    from r3edge.core.config import StudentConfig, load_yaml
+    from r3edge.model.student import create_student, save_student
+
+    lm, scorer = create_student(load_yaml(BERT_TINY, StudentConfig))
+    student = save_student(lm, scorer, tmp_path_factory.mktemp("ov-student") / "encoder")
+    return _export(student, tmp_path_factory.mktemp("ov") / "encoder", sample_pairs_file)
+
+
+@pytest.fixture(params=["causal", "encoder"])
+def artifact(request) -> Path:
+    return request.getfixturevalue(f"{request.param}_artifact")
+
+
+def _scores(runtime, **kw) -> np.ndarray:
+    from r3edge.core.scoring import score_pairs
+
+    return score_pairs(runtime.scorer, runtime, QUERIES, DOCS, **kw)
+
+
+@pytest.mark.slow
+def test_export_writes_ir_variants_listed_and_gated(artifact):
+    manifest = json.loads((artifact / "manifest.json").read_text())
+    report = json.loads((artifact / "export_report.json").read_text())
+    assert manifest["variants"] == {"fp32": "model.fp32.onnx", "ov-fp32": "model.ov-fp32.xml", "ov-int8": "model.ov-int8.xml"}
+    assert manifest["runtimes"] == {"fp32": "onnxruntime", "ov-fp32": "openvino", "ov-int8": "openvino"}
+    assert manifest["openvino"] == {"ov-fp32": {"inference_precision": "f32"}, "ov-int8": {"inference_precision": "f32"}}
+    assert manifest["default"] == "fp32" and report["rejected"] == {}
+    for name in ("ov-fp32", "ov-int8"):
+        assert (artifact / f"model.{name}.xml").is_file() and (artifact / f"model.{name}.bin").is_file()
+        rep = report["variants"][name]  # the same parity gate as the ONNX variants
+        assert rep["bytes"] == sum((artifact / f"model.{name}.{ext}").stat().st_size for ext in ("xml", "bin"))
+        assert rep["batch_invariance_max_abs_score_diff"] <= 1e-3
+    assert report["variants"]["ov-fp32"]["max_abs_logit_diff"] <= 1e-3  # held to fp32's atol against PyTorch
+    assert report["quantization"]["ov-int8"]["preset"]["nncf"]["model_type"] == "transformer"
+    assert report["quantization"]["ov-int8"]["calibration_pairs"] == 7  # the pairs file, one pair per feed
+    # int8 weights: the IR is a fraction of the fp32 one
+    assert (artifact / "model.ov-int8.bin").stat().st_size < 0.5 * (artifact / "model.ov-fp32.bin").stat().st_size
+
+
+@pytest.mark.slow
+def test_openvino_scores_match_onnx_fp32(artifact):
+    from r3edge.core.onnx_runtime import OnnxRuntime
+    from r3edge.core.openvino_runtime import OpenVinoRuntime
+
+    ref_rt = OnnxRuntime(artifact, "fp32", threads=1)
+    ref = _scores(ref_rt)
+    fp32 = OpenVinoRuntime(artifact, "ov-fp32", threads=1)
+    assert fp32.name == "openvino-cpu:ov-fp32" and fp32.prefix is None and fp32.scorer.spec == ref_rt.scorer.spec
+    assert np.abs(_scores(fp32) - ref).max() <= FP32_ATOL
+    int8 = OpenVinoRuntime(artifact, "ov-int8", threads=1)
+    got = _scores(int8)
+    assert np.isfinite(got).all() and got.shape == ref.shape
+    assert np.abs(int8.scorer.relevance(got)[1] - ref_rt.scorer.relevance(ref)[1]).max() <= INT8_SCORE_TOL
+    info = int8.info()
+    assert (info["backend"], info["variant"], info["inference_precision"]) == ("openvino", "ov-int8", "f32")
+    assert info["files"]["weights"] == "model.ov-int8.bin"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("variant", ["ov-fp32", "ov-int8"])
+def test_openvino_is_batch_invariant(artifact, variant):
+    """A pair's logits do not depend on its batchmates (alone vs among every other pair, length-mixed)."""
+    from r3edge.core.openvino_runtime import OpenVinoRuntime
+
+    rt = OpenVinoRuntime(artifact, variant, threads=1)
+    alone = _scores(rt, max_batch_size=1)
+    together = _scores(rt, max_batch_size=len(DOCS), max_batch_tokens=1 << 30)
+    assert np.abs(alone - together).max() <= 1e-4
+
+
+@pytest.mark.slow
+def test_openvino_runtime_scores_from_several_threads_at_once(encoder_artifact):
+    """The server calls label_logits from its worker threads concurrently: same logits as one at a time."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from r3edge.core.openvino_runtime import OpenVinoRuntime
+
+    rt = OpenVinoRuntime(encoder_artifact, "ov-int8", threads=1)
+    ids, mask = rt.scorer.collate(rt.scorer.encode_batch(QUERIES, DOCS))
+    batches = [(ids[i:i + 2], mask[i:i + 2]) for i in range(0, len(ids), 2)] * 4
+    alone = [rt.label_logits(i, m) for i, m in batches]
+    with ThreadPoolExecutor(4) as pool:
+        together = list(pool.map(lambda b: rt.label_logits(*b), batches))
+    for a, b in zip(alone, together):
+        np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.slow
+def test_open_runtime_dispatches_on_the_manifest(encoder_artifact, tmp_path):
+    from r3edge.core.onnx_runtime import OnnxRuntime
+    from r3edge.core.openvino_runtime import OpenVinoRuntime
+    from r3edge.core.runtime_loader import open_runtime
+    from r3edge.model.runtimes import load_runtime
+
+    assert isinstance(open_runtime(encoder_artifact), OnnxRuntime)  # the manifest's default, fp32
+    assert isinstance(open_runtime(encoder_artifact, "fp32", threads=1), OnnxRuntime)
+    rt = open_runtime(encoder_artifact, "ov-int8", threads=1, device="cpu", prefix_reuse=True)
+    assert isinstance(rt, OpenVinoRuntime) and rt.variant == "ov-int8"
+    assert isinstance(load_runtime(encoder_artifact, "ov-fp32"), OpenVinoRuntime)  # what `r3edge eval --artifact` opens
+    with pytest.raises(InvalidInput, match="no option profile_prefix") as exc:
+        open_runtime(encoder_artifact, "ov-int8", profile_prefix="x")
+    assert exc.value.field == "profile_prefix"
+    # ONNX Runtime refuses an IR variant with the fix, instead of failing inside onnxruntime
+    with pytest.raises(InvalidInput, match="scored by openvino, not onnxruntime") as exc:
+        OnnxRuntime(encoder_artifact, "ov-int8")
+    assert "open_runtime" in exc.value.fix
+
+    art = tmp_path / "art"
+    shutil.copytree(encoder_artifact, art)
+    manifest = json.loads((art / "manifest.json").read_text())
+    # an artifact written before the runtimes key: every variant is ONNX
+    (art / "manifest.json").write_text(json.dumps({k: v for k, v in manifest.items() if k != "runtimes"}))
+    assert isinstance(open_runtime(art, "fp32"), OnnxRuntime)
+    # a default that is an IR variant is opened by OpenVINO
+    (art / "manifest.json").write_text(json.dumps({**manifest, "default": "ov-int8"}))
+    assert isinstance(open_runtime(art), OpenVinoRuntime)
+    (art / "manifest.json").write_text(json.dumps({**manifest, "runtimes": {**manifest["runtimes"], "ov-int8": "tvm"}}))
+    with pytest.raises(FormatError, match="runs on 'tvm'"):
+        open_runtime(art, "ov-int8")
+
+
+@pytest.mark.slow
+def test_broken_or_missing_ir_is_a_typed_error(encoder_artifact, tmp_path):
+    from r3edge.core.runtime_loader import open_runtime
+
+    art = tmp_path / "art"
+    shutil.copytree(encoder_artifact, art)
+    (art / "model.ov-int8.bin").unlink()
+    with pytest.raises(NotFound, match=r"model\.ov-int8\.bin is missing") as exc:
+        open_runtime(art, "ov-int8")
+    assert "r3edge export" in exc.value.fix
+    (art / "model.ov-fp32.xml").write_text("<net>not an IR")
+    with pytest.raises(FormatError, match="OpenVINO could not load"):
+        open_runtime(art, "ov-fp32")
+    (art / "model.ov-fp32.xml").unlink()
+    with pytest.raises(NotFound, match=r"model\.ov-fp32\.xml listed in manifest\.json is missing"):
+        open_runtime(art, "ov-fp32")
+
+
+@pytest.mark.slow
+def test_ir_with_another_graph_fails_its_contract_check(encoder_artifact):
+    """The contract check of a compiled IR against the scorer's label count: a 3-label graph is refused
+    where the scorer has 2 labels (an IR and a scorer.json from different students)."""
+    import openvino as ov
+
+    from r3edge.core.openvino_runtime import check_ir_contract
+
+    compiled = ov.Core().compile_model(ov.Core().read_model(str(encoder_artifact / "model.ov-fp32.xml")), "CPU")
+    check_ir_contract(compiled, 3, "enc")
+    with pytest.raises(FormatError, match=r"expected f32 \[batch, 2\]"):
+        check_ir_contract(compiled, 2, "enc")
+
+
+@pytest.mark.slow
+def test_eval_scores_an_ir_variant(encoder_artifact, tmp_path, capsys):
+    from r3edge.cli import main
+
+    labels = write_labels(tmp_path / "labels")
+    out = tmp_path / "m.json"
+    assert main(["eval", str(labels), "--artifact", str(encoder_artifact), "--variant", "ov-int8", "--json", str(out)]) == 0
+    result = json.loads(out.read_text())
+    assert result["scored_by"].endswith(":ov-int8") and result["n_pairs"] == 7
+
+
+def test_openvino_presets_are_validated_dataclasses():
+    from r3edge.export.openvino import OV_PRESETS, NncfSettings, OpenVinoPreset
+
+    assert OV_PRESETS["ov-int8"].calibrate and not OV_PRESETS["ov-fp32"].calibrate
+    assert OV_PRESETS["ov-fp32"].exact and not OV_PRESETS["ov-int8"].exact
+    with pytest.raises(InvalidInput) as exc:
+        NncfSettings(preset="fast")
+    assert exc.value.field == "preset"
+    with pytest.raises(InvalidInput) as exc:
+        NncfSettings(smooth_quant_alpha=1.5)
+    assert exc.value.field == "smooth_quant_alpha"
+    with pytest.raises(InvalidInput) as exc:
+        OpenVinoPreset("ov-x", "int8")  # int8 without NNCF settings
+    assert exc.value.field == "nncf"
+    with pytest.raises(InvalidInput) as exc:
+        OpenVinoPreset("ov-x", "fp32", inference_precision="f16")
+    assert exc.value.field == "inference_precision"
