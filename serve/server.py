@@ -14,6 +14,7 @@ import asyncio
 import logging
 import os
 import threading
+from concurrent.futures import ThreadPoolExecutor
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -26,7 +27,7 @@ from r3edge.core.runtime_loader import open_runtime
 from r3edge.core.scoring import default_max_batch_tokens
 from r3edge.serve import security
 from r3edge.serve.config import ServeConfig
-from r3edge.serve.engine import Engine
+from r3edge.serve.engine import Engine, lower_priority
 from r3edge.serve.grpc_api import RerankerService
 from r3edge.serve.metrics import ServeMetrics
 
@@ -104,13 +105,16 @@ class RerankServer:
             if cfg.http_port is not None:
                 await self._start_http()
             loop = asyncio.get_running_loop()
-            runtime = self._runtime or await loop.run_in_executor(None, load_runtime_for, cfg)
+            # opened and warmed up in a low-priority thread: the runtime's workers inherit its priority
+            loader = ThreadPoolExecutor(1, thread_name_prefix="r3edge-load", initializer=lower_priority)
+            runtime = self._runtime or await loop.run_in_executor(loader, load_runtime_for, cfg)
             engine = Engine(runtime, self.metrics,
                             max_batch_tokens=cfg.max_batch_tokens or default_max_batch_tokens(getattr(runtime, "providers", ())),
                             max_batch_size=cfg.max_batch_size, max_batch_wait_s=cfg.max_batch_wait_s,
                             max_queue_delay_s=cfg.max_queue_delay_s, max_concurrent_requests=cfg.max_concurrent_requests,
                             overflow=cfg.truncation, prefix_reuse=cfg.prefix_reuse)
-            await loop.run_in_executor(None, engine.start)
+            await loop.run_in_executor(loader, engine.start)
+            loader.shutdown(wait=False)
         except BaseException:
             await self._close_ports()  # never leave a bound port that can only say NOT_SERVING
             raise

@@ -102,9 +102,9 @@ def test_run_load_counts_failures_by_code(tiny_artifact):
     from r3edge.serve.config import ServeConfig
     from r3edge.serve.server import BackgroundServer
 
-    bad = QueryCandidates("q", "why " * 200, [Candidate("d", "text")])  # over max_query_tokens
+    bad = QueryCandidates("q", "why " * 200, [Candidate("d", "text")])  # over max_query_tokens: refused by policy
     good = QueryCandidates("g", "bank in doha", [Candidate("d", "text")])
-    with BackgroundServer(ServeConfig(artifact=str(tiny_artifact), port=0)) as srv:
+    with BackgroundServer(ServeConfig(artifact=str(tiny_artifact), port=0, truncation="reject")) as srv:
         res = run_load(srv.target, [good, bad], requests=4, concurrency=2, progress=False)
     assert res["ok"] == 2 and res["errors"] == {"INVALID_ARGUMENT": 2}
 

@@ -110,13 +110,15 @@ def test_label_and_artifact_manifests_carry_a_checked_format_version(tmp_path):
     assert err.value.kind is ErrorKind.FORMAT
 
 
-def test_every_error_kind_has_one_grpc_status():
+def test_every_error_kind_has_one_grpc_status_and_one_http_status():
     import grpc
 
     from r3edge.core.errors import ErrorKind, InvalidInput, Overloaded
-    from r3edge.serve.server import STATUS_OF, status_of
+    from r3edge.serve.grpc_api import STATUS_OF, status_of
+    from r3edge.serve.http_api import HTTP_STATUS_OF
 
-    assert set(STATUS_OF) == set(ErrorKind)
+    assert set(STATUS_OF) == set(ErrorKind) == set(HTTP_STATUS_OF)
+    assert HTTP_STATUS_OF[ErrorKind.OVERLOADED] == 429 and HTTP_STATUS_OF[ErrorKind.INVALID_INPUT] == 400
     assert status_of(Overloaded("busy", "retry"))[0] == grpc.StatusCode.RESOURCE_EXHAUSTED
     code, message = status_of(InvalidInput("query is empty", "send one", field="query"))
     assert code == grpc.StatusCode.INVALID_ARGUMENT and message == "query is empty; fix: send one"
@@ -129,7 +131,7 @@ def test_an_error_blames_the_caller_only_when_it_says_so():
 
     from r3edge.core.errors import ErrorKind, InvalidInput, R3EdgeError
     from r3edge.export.parity import AtolError, ParityCheck, ParityError
-    from r3edge.serve.server import status_of
+    from r3edge.serve.grpc_api import status_of
 
     assert status_of(R3EdgeError("the runtime returned no logits"))[0] == grpc.StatusCode.INTERNAL
     assert status_of(InvalidInput("query is empty"))[0] == grpc.StatusCode.INVALID_ARGUMENT
