@@ -9,15 +9,16 @@ request's next pair, so pairs of different requests share micro-batches and no r
 request completes when its last pair returns. With no other traffic a request's micro-batches are
 exactly :func:`score_pairs`'.
 
-Admission is by expected wait, not by request count: the engine measures the tokens per second its
-micro-batches drain and refuses a request at once (:class:`Overloaded`, with a retry hint) when the
+Admission is by expected wait, not by request count: the engine measures the seconds per token its
+micro-batches take and refuses a request at once (:class:`Overloaded`, with a retry hint) when the
 work queued before it would take longer than ``max_queue_delay_s`` to drain, or when it could not
 finish before its deadline. So the queue holds at most about ``max_queue_delay_s`` of work and
 memory stays bounded whatever arrives; ``max_concurrent_requests`` caps admitted requests as well.
 Cancelled or expired requests leave the queue before their pairs cost compute and are counted.
 
 A causal student served with prefix-reuse graphs scores a request as one unit (its shared prefix
-runs once, through :func:`score_encoded`), still in queue order.
+runs once, through :func:`score_encoded`), still in queue order. Every scoring thread runs at a lower
+CPU priority than the event loop (:data:`SCORING_NICE`).
 """
 
 from __future__ import annotations
