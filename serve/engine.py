@@ -112,18 +112,21 @@ class Scored:
         return int(self.truncated.sum())
 
 
-@dataclass(eq=False)
+@dataclass(eq=False)  # compared and hashed by identity
 class _Job:
     """One admitted request in the queue. Fields other than the future are guarded by the engine's lock."""
 
     encoded: list[Encoded]
-    lengths: list[int]
-    pending: list[int]               # pair indices not yet taken by a micro-batch, shortest first
+    n_labels: int
     deadline: float | None
     future: asyncio.Future
     t_arrive: float                  # perf_counter at arrival
     t_enqueue: float
     tokenize_s: float
+    lengths: list[int] = field(init=False)
+    pending: list[int] = field(init=False)    # pair indices not yet taken by a micro-batch, shortest first
+    truncated: np.ndarray = field(init=False)  # [n] bool: the document was cut
+    query_truncated: bool = field(init=False)
     logits: np.ndarray = field(init=False)
     remaining: int = field(init=False)  # pairs not yet scored
     t_first: float | None = None
@@ -131,7 +134,11 @@ class _Job:
     dropped: DropReason | None = None
 
     def __post_init__(self):
-        self.logits = np.empty((len(self.encoded), 0), dtype=np.float32)
+        self.lengths = [len(e.input_ids) for e in self.encoded]
+        self.pending = sorted(range(len(self.encoded)), key=lambda i: self.lengths[i])
+        self.truncated = np.array([e.doc_tokens_dropped > 0 for e in self.encoded], dtype=bool)
+        self.query_truncated = bool(self.encoded and self.encoded[0].query_tokens_dropped)
+        self.logits = np.empty((len(self.encoded), self.n_labels), dtype=np.float32)
         self.remaining = len(self.encoded)
 
     @property
@@ -212,10 +219,9 @@ class Engine:
         return 1.0 / max(self.s_per_token, 1e-12)
 
     # -- admission and the request's life (event loop thread) --------------------------------
-    def expected_wait_s(self, extra_tokens: float = 0.0) -> float:
-        """Seconds until the work queued now (plus ``extra_tokens``) has drained, at the measured rate."""
-        backlog = self._queued_tokens + self._inflight_tokens + self._reserved_tokens + extra_tokens
-        return backlog * self.s_per_token
+    def expected_wait_s(self) -> float:
+        """Seconds until the work queued now has drained, at the measured rate."""
+        return (self._queued_tokens + self._inflight_tokens + self._reserved_tokens) * self.s_per_token
 
     def _admit(self, n_pairs: int, deadline: float | None) -> float:
         """Refuse at once when the queue could not take this request in time; else reserve its tokens."""
@@ -269,12 +275,10 @@ class Engine:
                 tokenize_s = time.perf_counter() - t
             finally:
                 self._reserved_tokens -= reserved
-            lengths = [len(e.input_ids) for e in encoded]
-            self.pair_tokens += RATE_EMA * (float(np.mean(lengths)) - self.pair_tokens)
-            job = _Job(encoded, lengths, sorted(range(len(encoded)), key=lambda i: lengths[i]), deadline,
-                       loop.create_future(), t_arrive, time.perf_counter(), tokenize_s)
-            job.logits = np.empty((len(encoded), self.scorer.spec.n_labels), dtype=np.float32)
-            self._count_truncation(encoded)
+            job = _Job(encoded, self.scorer.spec.n_labels, deadline, loop.create_future(), t_arrive,
+                       time.perf_counter(), tokenize_s)
+            self.pair_tokens += RATE_EMA * (float(np.mean(job.lengths)) - self.pair_tokens)
+            self._count_truncation(job)
             self._enqueue(job)
             try:
                 logits = await job.future
@@ -291,12 +295,11 @@ class Engine:
         return self.scorer.encode_batch([query] * len(docs), docs, query_overflow=self.overflow,
                                         doc_overflow=self.overflow, doc_field=doc_field)
 
-    def _count_truncation(self, encoded: list[Encoded]) -> None:
-        if encoded and encoded[0].query_tokens_dropped:
+    def _count_truncation(self, job: _Job) -> None:
+        if job.query_truncated:
             self.metrics.truncated.labels("query").inc()
-        cut = sum(1 for e in encoded if e.doc_tokens_dropped)
-        if cut:
-            self.metrics.truncated.labels("document").inc(cut)
+        if job.truncated.any():
+            self.metrics.truncated.labels("document").inc(int(job.truncated.sum()))
 
     def _scored(self, job: _Job, logits: np.ndarray) -> Scored:
         probs, scores = self.scorer.relevance(logits)
@@ -305,9 +308,8 @@ class Engine:
         total_s = t_done - job.t_arrive
         for phase, s in (("queue", queue_s), ("tokenize", job.tokenize_s), ("infer", job.infer_s), ("total", total_s)):
             self.metrics.duration.labels(phase).observe(s)
-        truncated = np.array([e.doc_tokens_dropped > 0 for e in job.encoded], dtype=bool)
-        return Scored(probs, scores, truncated, bool(job.encoded and job.encoded[0].query_tokens_dropped),
-                      queue_s * 1e3, job.tokenize_s * 1e3, job.infer_s * 1e3, total_s * 1e3)
+        return Scored(probs, scores, job.truncated, job.query_truncated, queue_s * 1e3, job.tokenize_s * 1e3,
+                      job.infer_s * 1e3, total_s * 1e3)
 
     def _enqueue(self, job: _Job) -> None:
         with self._cond:
@@ -324,12 +326,15 @@ class Engine:
         with self._cond:
             if job.dropped is not None or job.remaining == 0:
                 return
-            job.dropped = reason
-            pairs = len(job.pending)
-            self._unqueue_locked(job)
-        self.metrics.dropped_requests.labels(reason).inc()
-        self.metrics.dropped_pairs.labels(reason).inc(pairs)
+            self._drop_locked(job, reason)
         self._update_gauges()
+
+    def _drop_locked(self, job: _Job, reason: DropReason) -> None:
+        """Mark the job dropped, count it and its pairs never run, and take them out of the queue."""
+        job.dropped = reason
+        self.metrics.dropped_requests.labels(reason).inc()
+        self.metrics.dropped_pairs.labels(reason).inc(len(job.pending))
+        self._unqueue_locked(job)
 
     def _unqueue_locked(self, job: _Job) -> None:
         if job.pending:
@@ -392,10 +397,7 @@ class Engine:
     def _expire_locked(self) -> None:
         now = time.monotonic()
         for job in [j for j in self._queue if j.deadline is not None and now >= j.deadline]:
-            job.dropped = "deadline"
-            self.metrics.dropped_requests.labels("deadline").inc()
-            self.metrics.dropped_pairs.labels("deadline").inc(len(job.pending))
-            self._unqueue_locked(job)
+            self._drop_locked(job, "deadline")
             self._settle(job, DeadlineExceeded("deadline exceeded while queued",
                                                "send a longer deadline, or retry when the server is less busy"))
 
@@ -414,11 +416,10 @@ class Engine:
         # window[0] is the oldest job's shortest pending pair: the batch that holds it runs now
         plan = plan_batches([j.lengths[i] for j, i in window], self.max_batch_tokens, self.max_batch_size)
         chosen = [window[k] for k in next(b for b in plan if 0 in b)]
-        taken: dict[int, set[int]] = {}
+        taken: dict[_Job, set[int]] = {}
         for job, i in chosen:
-            taken.setdefault(id(job), set()).add(i)
-        for job in {id(j): j for j, _ in chosen}.values():
-            mine = taken[id(job)]
+            taken.setdefault(job, set()).add(i)
+        for job, mine in taken.items():
             job.pending = [i for i in job.pending if i not in mine]
             tokens = sum(job.lengths[i] for i in mine)
             self._queued_pairs -= len(mine)
@@ -430,7 +431,7 @@ class Engine:
 
     def _run_batch(self, batch: list[tuple[_Job, int]] | _Job) -> None:
         start = time.perf_counter()
-        jobs = [batch] if isinstance(batch, _Job) else list({id(j): j for j, _ in batch}.values())
+        jobs = [batch] if isinstance(batch, _Job) else list(dict.fromkeys(j for j, _ in batch))  # distinct, in order
         for job in jobs:
             if job.t_first is None:
                 job.t_first = start
