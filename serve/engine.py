@@ -151,7 +151,7 @@ class Engine:
 
     def __init__(self, runtime, metrics: ServeMetrics, *, max_batch_tokens: int, max_batch_size: int,
                  max_batch_wait_s: float, max_queue_delay_s: float, max_concurrent_requests: int,
-                 overflow: Overflow, prefix_reuse: bool = True):
+                 max_candidates: int, overflow: Overflow, prefix_reuse: bool = True):
         self.runtime = runtime
         self.scorer = runtime.scorer
         self.metrics = metrics
@@ -160,6 +160,7 @@ class Engine:
         self.max_batch_wait_s = max_batch_wait_s
         self.max_queue_delay_s = max_queue_delay_s
         self.max_concurrent_requests = max_concurrent_requests
+        self.max_candidates = max_candidates
         self.overflow = overflow
         self.prefix = getattr(runtime, "prefix", None) if prefix_reuse else None
         self._cond = threading.Condition()
@@ -253,18 +254,30 @@ class Engine:
     def _shed(self, reason: str) -> None:
         self.metrics.shed.labels(reason).inc()
 
+    def check(self, query: str, n_docs: int, docs_field: str) -> None:
+        """The checks every front door shares: a query to rank against, and 1 to ``max_candidates`` documents."""
+        if not query.strip():
+            raise InvalidInput("query is empty", "send the user's query text", field="query")
+        if not n_docs:
+            raise InvalidInput(f"{docs_field} is empty: send at least one", f"send the {docs_field} to rank",
+                               field=docs_field)
+        if n_docs > self.max_candidates:
+            raise InvalidInput(f"{docs_field} has {n_docs} entries, over max_candidates={self.max_candidates}",
+                               "split the request, or start the server with a larger --max-candidates", field=docs_field)
+
     async def score(self, query: str, docs: Sequence[str], *, deadline: float | None = None,
-                    doc_field: str = "documents[{}]") -> Scored:
+                    docs_field: str = "documents", text_field: str = "") -> Scored:
         """Score ``docs`` against ``query`` through the shared queue.
 
-        ``deadline`` is a ``time.monotonic()`` time. Raises :class:`Overloaded` at once when refused,
-        :class:`InvalidInput` for input the overflow policy rejects (fields named by ``doc_field``),
+        ``deadline`` is a ``time.monotonic()`` time. Raises :class:`InvalidInput` for a request
+        :meth:`check` refuses or input the overflow policy rejects (the i-th document named
+        ``{docs_field}[i]{text_field}``), :class:`Overloaded` at once when refused for load,
         :class:`DeadlineExceeded` when the deadline passes in the queue; a cancelled caller's pairs
         leave the queue.
         """
         t_arrive = time.perf_counter()
-        if not docs:
-            raise InvalidInput(doc_field.split("[")[0] + " is empty: send at least one", field=doc_field.split("[")[0])
+        self.check(query, len(docs), docs_field)
+        doc_field = f"{docs_field}[{{}}]{text_field}"
         reserved = self._admit(len(docs), deadline)
         loop = asyncio.get_running_loop()
         job = None

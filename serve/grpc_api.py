@@ -147,20 +147,11 @@ class RerankerService:
             raise Unavailable("model is still loading", "retry after health reports SERVING")
         return self.engine
 
-    # -- request checks (what the engine cannot know: ids, top_k) ------------------------------
-    def _check_common(self, query: str, n: int, field: str) -> None:
-        if not query.strip():
-            raise InvalidInput("query is empty", "send the user's query text", field="query")
-        if not n:
-            raise InvalidInput(f"{field} is empty: send at least one", field=field)
-        if n > self.cfg.max_candidates:
-            raise InvalidInput(f"{field} has {n} entries, over max_candidates={self.cfg.max_candidates}",
-                               "split the request, or start the server with a larger --max-candidates", field=field)
-
-    def _check_rerank(self, req) -> None:
+    # -- request checks (what the engine cannot know: ids, top_k; Engine.check does the rest) ---
+    @staticmethod
+    def _check_rerank(req) -> None:
         if req.top_k < 0:
             raise InvalidInput(f"top_k is {req.top_k}: use 0 for all candidates or a positive number", field="top_k")
-        self._check_common(req.query, len(req.candidates), "candidates")
         seen: dict[str, int] = {}
         for i, c in enumerate(req.candidates):
             if not c.id:
@@ -188,7 +179,7 @@ class RerankerService:
         self._check_rerank(request)
         cands = request.candidates
         s = await engine.score(request.query, [c.text for c in cands], deadline=self._deadline(context),
-                               doc_field="candidates[{}].text")
+                               docs_field="candidates", text_field=".text")
         order = sorted(range(len(cands)), key=lambda i: (-s.scores[i], i))
         if request.top_k:
             order = order[: request.top_k]
@@ -199,7 +190,6 @@ class RerankerService:
 
     async def _score_pairs(self, request, context):
         engine = self._ready()
-        self._check_common(request.query, len(request.documents), "documents")
         s = await engine.score(request.query, list(request.documents), deadline=self._deadline(context))
         scores = [pb2.PairScore(score=float(s.scores[i]), label_probs=s.probs[i].tolist(), truncated=bool(s.truncated[i]))
                   for i in range(len(s.scores))]

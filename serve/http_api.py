@@ -303,16 +303,9 @@ class _HttpDoor:
                                field="body")
         return payload
 
-    def _check(self, req: _Rerank) -> None:
-        """What the engine does not check: an empty query, the candidate limit, text that is not Unicode."""
-        if not req.query.strip():
-            raise InvalidInput("query is empty", FIXES["query"], field="query")
-        n, limit = len(req.documents), self.server.cfg.max_candidates
-        if not n:
-            raise InvalidInput("documents is empty: send at least one", FIXES["documents"], field="documents")
-        if n > limit:
-            raise InvalidInput(f"documents has {n} entries, over max_candidates={limit}",
-                               "split the request, or start the server with a larger --max-candidates", field="documents")
+    @staticmethod
+    def _check(req: _Rerank) -> None:
+        """What only JSON can carry: text that is not Unicode (Engine.check does the query and the count)."""
         for field, text in (("query", req.query), *((f"documents[{i}]", d) for i, d in enumerate(req.documents))):
             try:
                 text.encode("utf-8")
@@ -326,7 +319,7 @@ class _HttpDoor:
         if engine is None:
             raise Unavailable("model is still loading", "retry after GET /health answers SERVING")
         self._check(req)
-        s = await self._until_disconnect(request, engine.score(req.query, req.documents, doc_field="documents[{}]"))
+        s = await self._until_disconnect(request, engine.score(req.query, req.documents))
         spec = engine.scorer.spec
         rel = relevance_01(s.scores, spec.label_values)
         order = sorted(range(len(req.documents)), key=lambda i: (-float(s.scores[i]), i))

@@ -112,6 +112,7 @@ class RerankServer:
                             max_batch_tokens=cfg.max_batch_tokens or default_max_batch_tokens(getattr(runtime, "providers", ())),
                             max_batch_size=cfg.max_batch_size, max_batch_wait_s=cfg.max_batch_wait_s,
                             max_queue_delay_s=cfg.max_queue_delay_s, max_concurrent_requests=cfg.max_concurrent_requests,
+                            max_candidates=cfg.max_candidates,
                             overflow=cfg.truncation, prefix_reuse=cfg.prefix_reuse)
             await loop.run_in_executor(loader, engine.start)
             loader.shutdown(wait=False)
