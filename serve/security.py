@@ -11,12 +11,12 @@ on a network is a mistake to make on purpose, not by a default.
 from __future__ import annotations
 
 import hmac
-import ipaddress
 from pathlib import Path
 
 import grpc
 
 from r3edge.core.errors import InvalidInput, NotFound
+from r3edge.core.net import is_loopback
 from r3edge.serve.config import ServeConfig
 
 #: gRPC methods that need no token: health checks (load balancers, Kubernetes probes) and reflection
@@ -48,15 +48,6 @@ def check_settings(cfg: ServeConfig) -> None:
                            "would cross the network unencrypted",
                            "add --tls-cert/--tls-key (and --auth-token-file), or pass --insecure on purpose "
                            "(e.g. behind a TLS-terminating proxy)", field="host")
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False  # a hostname: assume it resolves beyond loopback
 
 
 def load_tokens(cfg: ServeConfig) -> tuple[str, ...]:

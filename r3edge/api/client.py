@@ -21,6 +21,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from r3edge.api import SERVICE_NAME, pb2, pb2_grpc
 from r3edge.core.errors import InvalidInput
+from r3edge.core.net import is_loopback
 
 #: Statuses a call is retried on: the server was not ready or refused it for load before scoring.
 RETRYABLE = ("UNAVAILABLE", "RESOURCE_EXHAUSTED")
@@ -90,16 +91,9 @@ def channel_args(target: str, *, max_message_mb: int = 32, retry: Retry | None =
 
 
 def _loopback(target: str) -> bool:
-    host = target.rsplit(":", 1)[0].strip("[]") if ":" in target else target
-    host = host.removeprefix("ipv4:").removeprefix("ipv6:").removeprefix("dns:").lstrip("/")
-    if host == "localhost":
-        return True
-    import ipaddress
-
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
+    """Whether a gRPC target (``host:port``, ``ipv4:``/``ipv6:``/``dns:`` schemes allowed) is on this machine."""
+    host = target.rsplit(":", 1)[0] if ":" in target else target
+    return is_loopback(host.removeprefix("ipv4:").removeprefix("ipv6:").removeprefix("dns:").lstrip("/"))
 
 
 def _rerank_request(query: str, candidates: Sequence[tuple[str, str]], top_k: int) -> pb2.RerankRequest:
