@@ -106,16 +106,15 @@ class RerankServer:
                 await self._start_http()
             loop = asyncio.get_running_loop()
             # opened and warmed up in a low-priority thread: the runtime's workers inherit its priority
-            loader = ThreadPoolExecutor(1, thread_name_prefix="r3edge-load", initializer=lower_priority)
-            runtime = self._runtime or await loop.run_in_executor(loader, load_runtime_for, cfg)
-            engine = Engine(runtime, self.metrics,
-                            max_batch_tokens=cfg.max_batch_tokens or default_max_batch_tokens(getattr(runtime, "providers", ())),
-                            max_batch_size=cfg.max_batch_size, max_batch_wait_s=cfg.max_batch_wait_s,
-                            max_queue_delay_s=cfg.max_queue_delay_s, max_concurrent_requests=cfg.max_concurrent_requests,
-                            max_candidates=cfg.max_candidates,
-                            overflow=cfg.truncation, prefix_reuse=cfg.prefix_reuse)
-            await loop.run_in_executor(loader, engine.start)
-            loader.shutdown(wait=False)
+            with ThreadPoolExecutor(1, thread_name_prefix="r3edge-load", initializer=lower_priority) as loader:
+                runtime = self._runtime or await loop.run_in_executor(loader, load_runtime_for, cfg)
+                engine = Engine(runtime, self.metrics, max_batch_tokens=cfg.max_batch_tokens
+                                or default_max_batch_tokens(getattr(runtime, "providers", ())),
+                                max_batch_size=cfg.max_batch_size, max_batch_wait_s=cfg.max_batch_wait_s,
+                                max_queue_delay_s=cfg.max_queue_delay_s,
+                                max_concurrent_requests=cfg.max_concurrent_requests, max_candidates=cfg.max_candidates,
+                                overflow=cfg.truncation, prefix_reuse=cfg.prefix_reuse)
+                await loop.run_in_executor(loader, engine.start)
         except BaseException:
             await self._close_ports()  # never leave a bound port that can only say NOT_SERVING
             raise
