@@ -14,7 +14,8 @@ import sys
 from datetime import UTC, datetime
 from importlib import metadata
 
-PACKAGES = ("r3edge", "onnxruntime", "torch", "transformers", "numpy", "tokenizers", "grpcio", "protobuf")
+PACKAGES = ("r3edge", "onnxruntime", "openvino", "torch", "transformers", "numpy", "tokenizers", "grpcio", "protobuf",
+            "bm25s", "scikit-learn")
 
 
 def _cpuinfo(field: str) -> str | None:

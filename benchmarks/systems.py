@@ -1,10 +1,15 @@
-"""Benchmark systems side by side: each student variant (served by a real `r3edge serve` process on
-a free port) or an external server, plus the teacher as estimated from its labelling records.
+"""Benchmark systems side by side, on the same requests: each student variant (served by a real
+`r3edge serve` process on a free port) or an external server, teacher judges served as rerankers
+(measured by :mod:`r3edge.distill.judge_rerank`; rows built here by :func:`judge_row`), and floors
+(the first-stage order, BM25, the student's base encoder by cosine, the majority class).
 
 Every student number comes through the real gRPC path (a separate server process, serialisation,
 validation, the server's micro-batching), so what is reported is what a client gets, and the
-benchmark never shares an interpreter (or a GIL) with the server it measures. Accuracy is measured on the held-back pairs
-against gold labels and, where teacher labels exist, against the teacher.
+benchmark never shares an interpreter (or a GIL) with the server it measures. Every latency is
+measured per request, from its start to its last answer; nothing is scaled from per-pair records.
+Each row names the hardware its latency was measured on (``axis``): rows of different hardware are
+never compared on one latency axis. Accuracy is measured on the held-back pairs against gold labels
+and, where teacher probabilities exist, against the teacher.
 """
 
 from __future__ import annotations
@@ -20,7 +25,8 @@ from r3edge.core.errors import InvalidInput
 from r3edge.core.pairs import QueryCandidates
 from r3edge.core.scoring import SPEC_DEFAULTS, Scoring, softmax
 
-REQUEST_SIZE = 100  # the teacher estimate is scaled to a top-100 request
+#: closed-loop concurrencies of every measured system: latency at the first, throughput at each
+CONCURRENCY = (1, 4)
 
 
 def _metrics():
@@ -66,39 +72,23 @@ def accuracy_block(queries: Sequence[QueryCandidates], probs: dict[tuple[str, st
     return out
 
 
-def teacher_row(queries: Sequence[QueryCandidates], labels_dir: str | Path, label_values: Sequence[float]) -> dict:
-    """The teacher as a system: accuracy of its labels, latency estimated from its records.
-
-    A top-100 request would cost 100 x the mean per-pair latency plus the query's intent round
-    (distill/teacher.py adds ``intent latency / pairs of the query`` to every record's
-    ``latency_s``, so the mean already holds it; a separate ``intent_latency_s`` column, if a
-    labeller writes one, is added once per query). Nothing here is measured over gRPC.
-    """
+def labels_row(queries: Sequence[QueryCandidates], labels_dir: str | Path, label_values: Sequence[float]) -> dict:
+    """A teacher's label files as a row: the accuracy of its labels on these pairs. Not timed: labels
+    were computed at labelling time, in batches, possibly elsewhere; a judge's latency is measured by
+    serving it (:func:`judge_row`)."""
     probs, cols = teacher_probs(labels_dir)
     wanted = {(q.qid, c.docid) for q in queries for c in q.candidates}
-    per_q: dict[str, list[float]] = {}
-    intent: dict[str, float] = {}
-    for i, (qid, docid) in enumerate(zip(cols["qid"], cols["docid"])):
-        if (qid, docid) not in wanted or cols["latency_s"][i] is None:
-            continue
-        per_q.setdefault(qid, []).append(float(cols["latency_s"][i]))
-        if "intent_latency_s" in cols and cols["intent_latency_s"][i] is not None:
-            intent[qid] = float(cols["intent_latency_s"][i])
-    est_ms = [(REQUEST_SIZE * float(np.mean(v)) + intent.get(q, 0.0)) * 1e3 for q, v in per_q.items()]
-    mean_pair_s = float(np.mean([x for v in per_q.values() for x in v])) if per_q else None
     sub = {k: v for k, v in probs.items() if k in wanted}
     n_bad = sum(1 for i, (q, d) in enumerate(zip(cols["qid"], cols["docid"])) if (q, d) in wanted and not cols["format_ok"][i])
     acc = accuracy_block(queries, sub, label_values, sub)
     acc.pop("vs_teacher", None)  # agreement with itself says nothing
     return {
-        "system": "teacher",
+        "system": "teacher labels",
         "variant": str(cols["teacher_model"][0]) if cols["qid"] else "",
-        "kind": "teacher",
-        "latency_source": "estimated from labeling records",
-        "latency_ms": percentiles(est_ms),
-        "pairs_per_s": (1.0 / mean_pair_s) if mean_pair_s else None,
-        "mean_pair_latency_s": mean_pair_s,
-        "intent_round_recorded": bool(intent),
+        "kind": "labels",
+        "latency_source": f"not timed: labels read from {labels_dir}",
+        "latency_ms": {},
+        "pairs_per_s": None,
         "format_failures": n_bad,
         "accuracy": acc,
     }
@@ -149,15 +139,27 @@ def _variants_of(artifact: str) -> list[str | None]:
     return list(read_manifest(artifact)["variants"])
 
 
+def hardware_axis(machine: dict, where: str | None = None) -> str:
+    """The hardware a latency was measured on, as a row names it: this machine's CPU, cores and GPUs,
+    or ``where`` (e.g. a remote server's address) when the work ran elsewhere."""
+    if where:
+        return where
+    gpus = "; ".join(machine.get("gpus") or []) or "no GPU"
+    return f"{machine['cpu']}, {machine['cores_usable']} cores, {gpus}"
+
+
 def student_row(target: str, queries: Sequence[QueryCandidates], teacher: dict | None, *, requests: int,
-                concurrency: int, top_k: int, pad_to: int | None, system: str) -> dict:
+                concurrency: int | Sequence[int], top_k: int, pad_to: int | None, system: str) -> dict:
+    """A served student: latency at the first concurrency, throughput at each, accuracy of every pair."""
     from r3edge.api.client import RerankerClient
 
+    levels = [concurrency] if isinstance(concurrency, int) else list(concurrency)
     with RerankerClient(target) as client:
         client.wait_ready(300)
         info = client.model_info()
     probs = collect_probs(target, queries)
-    load = run_load(target, queries, requests, concurrency, top_k=top_k, pad_to=pad_to)
+    loads = {c: run_load(target, queries, max(requests, c), c, top_k=top_k, pad_to=pad_to) for c in levels}
+    load = loads[levels[0]]
     return {
         "system": system,
         "variant": info.variant,
@@ -165,74 +167,157 @@ def student_row(target: str, queries: Sequence[QueryCandidates], teacher: dict |
         "runtime": info.runtime,
         "scorer_fingerprint": info.scorer_fingerprint,
         "label_values": list(info.label_values),
-        "latency_source": "measured over gRPC",
+        "latency_source": f"measured over gRPC, concurrency {levels[0]}",
         "latency_ms": load["latency_ms"],
         "pairs_per_s": load["pairs_per_s"],
+        "throughput": {str(c): {"pairs_per_s": r["pairs_per_s"], "requests_per_s": r["requests_per_s"],
+                                "latency_ms": r["latency_ms"], "errors": r["errors"]} for c, r in loads.items()},
         "load": load,
         "accuracy": accuracy_block(queries, probs, list(info.label_values), teacher),
     }
 
 
-def bench_systems(queries: Sequence[QueryCandidates], *, artifact: str | None = None,
+def judge_row(measured: dict, queries: Sequence[QueryCandidates], label_values: Sequence[float],
+              teacher: dict | None, axis: str) -> dict:
+    """A judge served as a reranker (:func:`r3edge.distill.judge_rerank.measure_judge`'s output) as a row:
+    latency percentiles at concurrency 1, pairs/s at each concurrency, generated tokens per pair, format
+    failures, and the accuracy of its verdicts (pairs with no verdict are left out and counted)."""
+    phases = {int(c): p for c, p in measured["phases"].items()}
+    first = phases[min(phases)]
+    probs = {k: v for k, v in measured["probs"].items() if v is not None}
+    acc = accuracy_block(queries, probs, label_values, teacher)
+    return {
+        "system": measured["name"],
+        "variant": measured["engine"],
+        "kind": "judge",
+        "judge": measured["judge"],
+        "model": measured["model"],
+        "samples": measured["samples"],
+        "axis": axis,
+        "latency_source": f"measured: intent round + all pairs in flight, wall time to the last verdict, "
+                          f"concurrency {min(phases)}",
+        "latency_ms": percentiles([1e3 * s for s in first["latency_s"]]),
+        "pairs_per_s": first["pairs"] / first["wall_s"] if first["wall_s"] > 0 else None,
+        "throughput": {str(c): {"pairs_per_s": p["pairs"] / p["wall_s"] if p["wall_s"] > 0 else None,
+                                "requests_per_s": p["requests"] / p["wall_s"] if p["wall_s"] > 0 else None,
+                                "latency_ms": percentiles([1e3 * s for s in p["latency_s"]]), "requests": p["requests"]}
+                       for c, p in sorted(phases.items())},
+        "concurrency_not_run": measured.get("concurrency_not_run") or [],
+        "generated_tokens_per_pair": first["generated_tokens"] / first["pairs"] if first["pairs"] else None,
+        "format_failures": first["format_failures"],
+        "no_label": first["no_label"],
+        "n_pairs_served": first["pairs"],
+        "accuracy": acc,
+    }
+
+
+def ranking_row(system: str, queries: Sequence[QueryCandidates], scores: dict[tuple[str, str], float],
+                label_values: Sequence[float], *, latencies_ms: Sequence[float] | None = None,
+                latency_source: str, axis: str | None = None, variant: str | None = None) -> dict:
+    """A floor that ranks without label probabilities (BM25, a base encoder's cosine, the first-stage
+    order): nDCG@10 of its scores on the gold-labelled candidates; accuracy and F1 do not apply."""
+    from r3edge.core.metrics import ndcg_at_k
+
+    pairs = [(q.qid, c) for q in queries for c in q.candidates if c.label is not None and (q.qid, c.docid) in scores]
+    values = np.asarray(label_values, dtype=np.float64)
+    gains = values[np.asarray([c.label for _, c in pairs], dtype=np.int64)]
+    got = ndcg_at_k(gains, np.asarray([scores[(qid, c.docid)] for qid, c in pairs], dtype=np.float64),
+                    [qid for qid, _ in pairs])
+    lat = percentiles(list(latencies_ms)) if latencies_ms else None
+    n_pairs = sum(len(q.candidates) for q in queries)
+    return {
+        "system": system, "variant": variant, "kind": "floor", "axis": axis if lat else None,
+        "latency_source": latency_source,
+        "latency_ms": lat or {},
+        "pairs_per_s": (n_pairs / (sum(latencies_ms) / 1e3)) if lat and sum(latencies_ms) > 0 else None,
+        "accuracy": {"n_scored": len(pairs), "vs_gold": {"ndcg@10": got["ndcg@10"], "ndcg_queries": got["ndcg_queries"],
+                                                         "n": len(pairs)}},
+    }
+
+
+def first_stage_row(queries: Sequence[QueryCandidates], label_values: Sequence[float]) -> dict:
+    """The order the candidates arrived in (their ``rank``; unranked ones last, in file order)."""
+    scores = {(q.qid, c.docid): -float(c.rank if c.rank is not None else 10**9 + i)
+              for q in queries for i, c in enumerate(q.candidates)}
+    return ranking_row("first-stage order", queries, scores, label_values,
+                       latency_source="not timed: the order the candidates came with")
+
+
+def bench_systems(queries: Sequence[QueryCandidates], *, artifact: str | Sequence[str] | None = None,
                   variants: Sequence[str] | None = None, threads: int | None = None,
                   target: str | None = None, labels_dir: str | None = None, requests: int = 20,
-                  concurrency: int = 1, top_k: int = 10, pad_to: int | None = None, serve_limits: dict | None = None) -> dict:
-    """Rows for every system plus the machine description; the caller writes the report."""
+                  concurrency: int | Sequence[int] = 1, top_k: int = 10, pad_to: int | None = None,
+                  serve_limits: dict | None = None, teacher: dict | None = None, allow_none: bool = False) -> dict:
+    """Student rows (every variant of every artifact, or one running server) plus the machine
+    description and the model-free baselines; the caller adds judge and floor rows and writes the report.
+
+    Agreement is measured against ``teacher`` (probabilities by (qid, docid), e.g. a measured judge's)
+    or else the labels in ``labels_dir``, whose accuracy is a row of its own (:func:`labels_row`, not timed)."""
     from r3edge.benchmarks.machine import machine_info
 
-    if (artifact is None) == (target is None):
+    artifacts = [artifact] if isinstance(artifact, str) else list(artifact or [])
+    if artifacts and target is not None or not (artifacts or target or allow_none):
         raise InvalidInput("give exactly one of --artifact (served by a child process) or --target (a running server)",
                           "e.g. r3edge bench --artifact runs/demo/artifact --pairs heldout.jsonl")
-    teacher = teacher_probs(labels_dir)[0] if labels_dir else None
+    if teacher is None and labels_dir:
+        teacher = teacher_probs(labels_dir)[0]
+    machine = machine_info()
+    axis = hardware_axis(machine)
     kw = dict(requests=requests, concurrency=concurrency, top_k=top_k, pad_to=pad_to)
     rows = []
     if target:
-        rows.append(student_row(target, queries, teacher, system=f"server@{target}", **kw))
-    else:
-        for variant in (list(variants) if variants else _variants_of(artifact)):
-            with serve_artifact(artifact, variant, threads, **(serve_limits or {})) as tgt:
-                rows.append(student_row(tgt, queries, teacher, system="student (onnxruntime)", **kw))
-    label_values = rows[0].get("label_values") or SPEC_DEFAULTS["label_values"]
+        rows.append({**student_row(target, queries, teacher, system=f"server@{target}", **kw),
+                     "axis": hardware_axis(machine, None if _is_local(target) else f"server at {target}")})
+    for art in artifacts:
+        name = f"student {Path(art).name}" if len(artifacts) > 1 else "student (onnxruntime)"
+        for variant in (list(variants) if variants else _variants_of(art)):
+            with serve_artifact(art, variant, threads, **(serve_limits or {})) as tgt:
+                rows.append({**student_row(tgt, queries, teacher, system=name, **kw), "axis": axis})
+    label_values = (rows[0].get("label_values") if rows else None) or SPEC_DEFAULTS["label_values"]
     if labels_dir:
-        rows.append(teacher_row(queries, labels_dir, label_values))
+        rows.append(labels_row(queries, labels_dir, label_values))
     gold = any(c.label is not None for q in queries for c in q.candidates)
     return {
-        "machine": machine_info(),
-        "settings": {"artifact": artifact, "target": target, "threads": threads,
-                     "labels_dir": labels_dir, "label_values": list(label_values), "n_queries": len(queries),
-                     "n_pairs": sum(len(q.candidates) for q in queries), **kw},
+        "machine": machine,
+        "settings": {"artifact": artifacts[0] if len(artifacts) == 1 else (artifacts or None), "target": target,
+                     "threads": threads, "labels_dir": labels_dir, "label_values": list(label_values),
+                     "n_queries": len(queries), "n_pairs": sum(len(q.candidates) for q in queries), **kw},
         "systems": rows,
         # what the reranker must beat: the order it was handed, on the same held-back pairs
         "baselines": baselines(queries, label_values) if gold else None,
     }
 
 
+def _is_local(target: str) -> bool:
+    from r3edge.core.net import is_loopback
+
+    return is_loopback(target.rsplit(":", 1)[0])
+
+
 def scored_floor(queries: Sequence[QueryCandidates], scoring: Scoring, label_values: Sequence[float]) -> dict:
     """nDCG@10 of any score function (e.g. the student's base encoder by cosine) on the gold-labelled
     candidates, the same computation as the input order's in :func:`baselines`."""
-    from r3edge.core.metrics import ndcg_at_k
-
     pairs = [(q.qid, q.query, c) for q in queries for c in q.candidates if c.label is not None]
     logits = scoring([query for _, query, _ in pairs], [c.text for _, _, c in pairs])
     probs = scoring.scorer.probabilities(logits) if scoring.scorer is not None else softmax(logits)
-    values = np.asarray(label_values, dtype=np.float64)
-    gains = values[np.asarray([c.label for _, _, c in pairs], dtype=np.int64)]
-    got = ndcg_at_k(gains, probs @ values, [qid for qid, _, _ in pairs])
-    return {"system": scoring.name, "ndcg@10": got["ndcg@10"], "ndcg_queries": got["ndcg_queries"]}
+    expected = probs @ np.asarray(label_values, dtype=np.float64)
+    row = ranking_row(scoring.name, queries, {(qid, c.docid): float(e) for (qid, _, c), e in zip(pairs, expected)},
+                      label_values, latency_source="not timed: a floor")
+    return {"system": scoring.name, "ndcg@10": row["accuracy"]["vs_gold"]["ndcg@10"],
+            "ndcg_queries": row["accuracy"]["vs_gold"]["ndcg_queries"]}
 
 
 def baselines(queries: Sequence[QueryCandidates], label_values: Sequence[float]) -> dict:
-    """The input order (nDCG@10 of the given ranks) and the majority class (accuracy, macro-F1)."""
-    from r3edge.core.metrics import ndcg_at_k, relevance_metrics
+    """The input order (nDCG@10 of the given ranks, :func:`first_stage_row`) and the majority class
+    (accuracy, macro-F1)."""
+    from r3edge.core.metrics import relevance_metrics
 
     pairs = [(q.qid, c) for q in queries for c in q.candidates if c.label is not None]
     gold = np.asarray([c.label for _, c in pairs], dtype=np.int64)
     qids = [qid for qid, _ in pairs]
-    values = np.asarray(label_values, dtype=np.float64)
-    ranks = np.asarray([c.rank if c.rank is not None else 10**9 for _, c in pairs], dtype=np.float64)
-    order = ndcg_at_k(values[gold], -ranks, qids)
-    majority = int(np.bincount(gold, minlength=len(values)).argmax())
-    onehot = np.zeros((len(gold), len(values)))
+    order = first_stage_row(queries, label_values)["accuracy"]["vs_gold"]
+    majority = int(np.bincount(gold, minlength=len(label_values)).argmax())
+    onehot = np.zeros((len(gold), len(label_values)))
     onehot[:, majority] = 1.0
     maj = relevance_metrics(gold, onehot, qids, label_values)
     return {

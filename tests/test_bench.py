@@ -1,4 +1,5 @@
-"""Benchmarks end to end: `r3edge serve` child processes on the tiny artifact, teacher labels, report files."""
+"""Benchmarks end to end: `r3edge serve` child processes on the tiny artifact, tiny judges served as rerankers
+(in-process, and through a real vLLM server where .venv-vllm exists), teacher labels, report files."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import json
 
 import numpy as np
 import pytest
-from conftest import SAMPLE_QUERIES
+from conftest import CONFIGS, SAMPLE_QUERIES, SHARED_DATA, TINY_TEACHER
 
 pytestmark = pytest.mark.slow  # real models: see `make test-fast` for the torch-free tier
 
@@ -34,11 +35,13 @@ def labels_dir(tmp_path_factory):
 
 
 def test_bench_cli_writes_results_report_and_plot(tiny_artifact, sample_pairs_file, labels_dir, tmp_path, capsys):
+    """Judges, students and floors in one run on the same requests; the judge's latency is measured."""
     from r3edge.cli import main
 
     out = tmp_path / "bench"
     rc = main(["bench", "--artifact", str(tiny_artifact), "--pairs", str(sample_pairs_file), "--labels", str(labels_dir),
-               "--requests", "4", "--concurrency", "2", "--pad-to", "100", "--out", str(out)])
+               "--judges", str(TINY_TEACHER), "--judge-requests", "3", "--requests", "4", "--concurrency", "1,2",
+               "--out", str(out)])
     assert rc == 0
     results = json.loads((out / "results.json").read_text())
     assert {"cpu", "cpu_flags", "cores_logical", "ram_gib", "os", "python", "versions", "gpus", "timestamp"} <= set(results["machine"])
@@ -52,36 +55,122 @@ def test_bench_cli_writes_results_report_and_plot(tiny_artifact, sample_pairs_fi
     assert sorted(r["variant"] for r in students) == ["fp32", "int8"]
     for r in students:
         assert r["load"]["ok"] == 4 and r["load"]["errors"] == {}
-        assert r["load"]["candidates_per_request"] == 100
+        assert r["load"]["candidates_per_request"] == 3.5  # the real lists: the judge's requests, not padded ones
         assert 0 < r["latency_ms"]["p50"] <= r["latency_ms"]["p95"] <= r["latency_ms"]["p99"]
-        assert r["pairs_per_s"] > 0
+        assert r["pairs_per_s"] > 0 and set(r["throughput"]) == {"1", "2"}
         gold = r["accuracy"]["vs_gold"]
         assert gold["n"] == 7 and 0 <= gold["accuracy"] <= 1 and gold["ndcg@10"] is not None
-        assert r["accuracy"]["vs_teacher"]["n"] == 7
-    teacher = rows[("teacher", "tiny-teacher")]
-    assert teacher["latency_source"] == "estimated from labeling records"
-    assert teacher["latency_ms"]["p50"] == pytest.approx(100 * TEACHER_PAIR_S * 1e3)
-    # the teacher's soft labels put their argmax on the gold label
-    assert teacher["accuracy"]["vs_gold"]["accuracy"] == 1.0
+        assert r["accuracy"]["vs_teacher"]["n"] == 7  # agreement with the measured judge, on every pair
+    judge = rows[("r3a-tiny", "transformers (in-process)")]
+    assert judge["kind"] == "judge" and judge["latency_source"].startswith("measured")
+    # every query served once at concurrency 1, at least --judge-requests requests: 3 requests of 4, 3, 4 pairs
+    assert judge["throughput"]["1"]["requests"] == 3 and judge["n_pairs_served"] == 11
+    assert judge["concurrency_not_run"] == [2]  # in-process: one request at a time
+    assert 0 < judge["latency_ms"]["p50"] <= judge["latency_ms"]["max"]
+    assert 0 < judge["generated_tokens_per_pair"] <= 8 + 8  # assess budget + a share of the intent budget
+    assert 0 <= judge["format_failures"] <= 11 and judge["accuracy"]["vs_gold"]["n"] == 7
+    assert not any("estimat" in json.dumps(r) for r in results["systems"])  # no latency is estimated
+    labels = rows[("teacher labels", "tiny-teacher")]
+    assert labels["latency_ms"] == {} and labels["accuracy"]["vs_gold"]["accuracy"] == 1.0
+    bm25 = rows[("BM25", "bm25s")]
+    assert bm25["kind"] == "floor" and bm25["latency_ms"]["p50"] > 0 and bm25["accuracy"]["vs_gold"]["ndcg@10"] > 0
+    axis = judge["axis"]
+    assert axis.startswith(results["machine"]["cpu"]) and all(r["axis"] == axis for r in students)
     report = (out / "report.md").read_text()
     assert f"({' '.join(results['machine']['cpu_flags'])})" in report.splitlines()[2]
-    assert "| system | variant | p50 ms" in report and "estimated from labeling records" in report
-    main_table, same_pairs = report.split("## Same pairs for every system")
-    assert main_table.count("\n| student") == 2 and "| teacher | tiny-teacher |" in main_table
-    # every system again, scored on exactly the pairs the teacher labelled
-    assert same_pairs.count("\n| student") == 2 and "| teacher | tiny-teacher | 1.000 |" in same_pairs
-    for r in students:
-        assert r["accuracy"]["on_teacher_pairs"]["n"] == 7
-    # the order the candidates arrived in is the baseline a reranker must beat, on the same pairs
-    order = results["baselines"]["input_order"]["ndcg@10"]
-    assert 0 < order <= 1 and f"nDCG@10 {order:.3f} on the same" in same_pairs
-    for r in students:
-        got = r["accuracy"]["vs_gold"]["ndcg@10"]
-        verdict = "above" if got > order else "not above"
-        assert f"{r['variant']}: nDCG@10 {got:.3f}, {verdict} the first-stage order" in same_pairs
+    assert "| system | variant / engine | kind | p50 ms / top-4 |" in report  # 7 pairs / 2 queries, rounded
+    table = report.split("\n\n## ")[0]
+    for name in ("| r3a-tiny |", "| student (onnxruntime) | fp32 |", "| student (onnxruntime) | int8 |",
+                 "| teacher labels |", "| BM25 |", "| first-stage order |", "| majority (always 0) |"):
+        assert table.count(name) == 1, name
+    assert f"hw A: {axis}." in report
+    # the served int8 student against the judge, p50 over p50, both measured here
+    s8 = next(r for r in students if r["variant"] == "int8")
+    ratio = judge["latency_ms"]["p50"] / s8["latency_ms"]["p50"]
+    assert f"| student (onnxruntime) int8 | r3a-tiny | {ratio:.1f}× |" in report
     png = (out / "latency_vs_accuracy.png").read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
     assert "wrote" in capsys.readouterr().out
+    # `r3edge bench report DIR` writes the same report again from results.json
+    (out / "report.md").unlink()
+    assert main(["bench", "report", str(out)]) == 0
+    assert (out / "report.md").read_text() == report
+
+
+def test_judge_reranker_is_the_labelling_judge(sample_pairs_file, tmp_path, monkeypatch):
+    """A served judge gives exactly the labelling run's verdicts (one implementation of prompts, read-out
+    and mapping), R³A's intent round runs once per request, and every generated token is counted."""
+    from r3edge.core.labels import read_labels
+    from r3edge.core.pairs import read_queries
+    from r3edge.distill.backends.transformers_backend import TransformersBackend
+    from r3edge.distill.judge_rerank import JudgeSpec, judge_config, measure_judge
+    from r3edge.distill.teacher import label_pairs
+
+    queries = read_queries(sample_pairs_file)
+    umbrela = CONFIGS / "teacher" / "umbrela-tiny.yaml"
+    labelled = label_pairs(sample_pairs_file, umbrela, tmp_path / "labels", batch_size=1)
+    want = {(r["qid"], r["docid"]): r["probs"] for r in read_labels(labelled).to_pylist()}
+    cfg = judge_config(JudgeSpec(str(umbrela)))
+    cfg = cfg.model_copy(update={"generation": cfg.generation.model_copy(update={"batch_size": 1})})
+    got = measure_judge(cfg, queries, requests=2, concurrency=(1,))
+    assert set(got["probs"]) == set(want)
+    for k, p in want.items():
+        assert got["probs"][k] == pytest.approx(p, abs=1e-9), k
+
+    calls: list[int] = []
+    tokens: list[int] = []
+    generate, score = TransformersBackend.generate, TransformersBackend.generate_and_score
+
+    def counted_generate(self, convs, *a):
+        calls.append(len(convs))
+        out = generate(self, convs, *a)
+        tokens.extend(g.completion_tokens for g in out)
+        return out
+
+    def counted_score(self, convs, *a):
+        gens, probs = score(self, convs, *a)
+        tokens.extend(g.completion_tokens for g in gens)
+        return gens, probs
+
+    monkeypatch.setattr(TransformersBackend, "generate", counted_generate)
+    monkeypatch.setattr(TransformersBackend, "generate_and_score", counted_score)
+    got = measure_judge(judge_config(JudgeSpec(str(TINY_TEACHER))), queries, requests=3, concurrency=(1,))
+    assert calls == [1] * (1 + 3), "one intent call of one conversation per request (warm-up + 3)"
+    phase = got["phases"][1]
+    assert phase["requests"] == 3 and len(phase["latency_s"]) == 3 and phase["pairs"] == 4 + 3 + 4
+    warm_tokens = sum(tokens[: 1 + 4])  # the warm-up: its intent round and its 4 pairs
+    assert phase["generated_tokens"] == sum(tokens) - warm_tokens > 0
+
+
+def test_spread_labels_never_overlap():
+    from r3edge.benchmarks.report import pareto_front, spread
+
+    ys = [0.5, 0.5, 0.51, 0.99, 0.98, 0.0, 0.97]
+    pos = spread(ys, gap=0.05)
+    order = sorted(range(len(ys)), key=lambda i: ys[i])
+    assert [pos[i] for i in order] == sorted(pos)  # the labels keep their points' order
+    assert all(b - a >= 0.05 - 1e-12 for a, b in zip(sorted(pos), sorted(pos)[1:]))
+    assert 0.0 <= min(pos) and max(pos) <= 1.0
+    assert pareto_front([(1, 0.5), (2, 0.4), (3, 0.7), (0.5, 0.1)]) == [(0.5, 0.1), (1, 0.5), (3, 0.7)]
+
+
+@pytest.mark.skipif(not (SHARED_DATA / "semeval2016-cqa" / "subtaskC_dev.jsonl").is_file(),
+                    reason="SemEval-2016 CQA is absent (../shared/data/semeval2016-cqa)")
+def test_bench_on_a_semeval_slice(tiny_artifact, tmp_path):
+    """The committed run's command on a slice: 2 dev questions x 20 comments, a judge, the int8 student, floors."""
+    from r3edge.cli import main
+
+    out = tmp_path / "semeval"
+    assert main(["bench", "--semeval", str(SHARED_DATA / "semeval2016-cqa"), "--questions", "2", "--comments", "20",
+                 "--judges", str(TINY_TEACHER), "--judge-requests", "2", "--artifact", str(tiny_artifact),
+                 "--variants", "int8", "--requests", "2", "--concurrency", "1", "--out", str(out)]) == 0
+    results = json.loads((out / "results.json").read_text())
+    assert results["settings"]["n_queries"] == 2 and results["settings"]["n_pairs"] == 40
+    kinds = sorted(r["kind"] for r in results["systems"])
+    assert kinds == ["floor", "judge", "student"]
+    for r in results["systems"]:
+        assert r["accuracy"]["vs_gold"]["n"] == 40 and r["accuracy"]["vs_gold"]["ndcg@10"] is not None
+    assert "| system | variant / engine | kind | p50 ms / top-20 |" in (out / "report.md").read_text()
 
 
 def test_request_candidates_only_pads_when_asked():

@@ -224,7 +224,7 @@ def _results(args, dev, bench: dict, names: list[str], dev_manifest: dict, teach
 
     first = bench[names[0]]
     values = next(r["label_values"] for r in first["systems"] if r.get("kind") == "student")
-    teacher_row = next(r for r in first["systems"] if r.get("kind") == "teacher")
+    teacher_row = next(r for r in first["systems"] if r.get("kind") == "labels")  # accuracy of its labels
     summary = dev_manifest.get("summary") or {}
     wall = summary.get("wall_s") or dev_manifest.get("wall_s")
     # Measured: the teacher's whole dev labelling run divided by its questions (every candidate of a

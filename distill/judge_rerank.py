@@ -1,0 +1,287 @@
+"""Teacher judges served as reasoning rerankers, timed end to end on one engine.
+
+A top-N request is served the way a reasoning-reranker service serves it: the query's intent round
+once (two-round judges: R³A), then the query's N pairs in flight together on the engine, and the
+request's latency is the wall time from its start to its last verdict. The engine is an
+OpenAI-compatible server (vLLM from ``.venv-vllm``, started here per model, or a running one at
+``base_url``), where every pair is its own HTTP request and the server's continuous batching runs
+them together; without one, the in-process transformers backend batches the pairs itself and serves
+one request at a time.
+
+Prompts, the intent round, the score read-out (or Retro*'s K samples), the repair and the mapping
+to student labels are the labelling run's own (:class:`r3edge.distill.teacher._Run` over one
+request's pairs), so the judge timed here is the judge that labels. Nothing is estimated: no
+per-pair latency is scaled up; a request is timed from its first call to its last answer.
+
+The numbers this returns are raw (per-request seconds, tokens, verdicts); ``r3edge bench`` turns
+them into rows with :func:`r3edge.benchmarks.systems.judge_row`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import TextIO
+
+from r3edge.core.config import TeacherConfig
+from r3edge.core.errors import InvalidInput
+from r3edge.core.pairs import QueryCandidates
+
+#: candidates of the untimed warm-up request (the first request pays the engine's one-off costs)
+WARMUP_CANDIDATES = 4
+
+
+@dataclass(frozen=True)
+class JudgeSpec:
+    """One judge row: a teacher config (shipped name or YAML path) and, for sampling judges, K.
+
+    Written ``CONFIG`` or ``CONFIG@K`` on the command line (``retro-smollm2@1``: Retro*'s @1;
+    ``retro-smollm2@8``: mean@8)."""
+
+    config: str
+    samples: int | None = None
+
+    @classmethod
+    def parse(cls, text: str) -> JudgeSpec:
+        name, _, k = text.strip().partition("@")
+        if not name:
+            raise InvalidInput(f"--judges entry {text!r} names no teacher config", "write e.g. r3a-smollm2-cqa or retro-smollm2@4",
+                               field="--judges")
+        if k and (not k.isdigit() or int(k) < 1):
+            raise InvalidInput(f"--judges entry {text!r}: K must be a positive integer", "write e.g. retro-smollm2@4",
+                               field="--judges")
+        return cls(name, int(k) if k else None)
+
+
+@dataclass(frozen=True)
+class ServedRequest:
+    """One top-N request to a judge: its wall time and what the judge answered."""
+
+    qid: str
+    latency_s: float
+    n_pairs: int
+    generated_tokens: int      # every token the engine generated for it: intent round, reasoning, all K samples
+    format_failures: int       # pairs whose verdict was not well formed (R³A: any round), repaired ones included
+    no_label: int              # pairs with no verdict at all (no sample parsed)
+    probs: dict[str, list[float] | None]
+
+
+class _Counting:
+    """A backend seen by one request: delegates to the shared backend and counts the tokens its calls
+    generated (``completion_tokens`` of every generation it got back)."""
+
+    def __init__(self, backend):
+        self.backend, self.tokens = backend, 0
+
+    def generate(self, convs, max_new_tokens, stop):
+        out = self.backend.generate(convs, max_new_tokens, stop)
+        self.tokens += sum(g.completion_tokens for g in out)
+        return out
+
+    def generate_and_score(self, convs, max_new_tokens, score_open, repair, score_tokens):
+        gens, probs = self.backend.generate_and_score(convs, max_new_tokens, score_open, repair, score_tokens)
+        self.tokens += sum(g.completion_tokens for g in gens)
+        return gens, probs
+
+    def sample(self, convs, max_new_tokens, stop, k, temperature):
+        out = self.backend.sample(convs, max_new_tokens, stop, k, temperature)
+        self.tokens += sum(g.completion_tokens for gens in out for g in gens)
+        return out
+
+
+class JudgeReranker:
+    """A judge answering top-N requests: each request gets a fresh intent round (no cache across requests)."""
+
+    def __init__(self, cfg: TeacherConfig, backend):
+        from r3edge.distill.judges import get_judge
+        from r3edge.distill.teacher import LabelMapping
+
+        self.cfg, self.backend = cfg, backend
+        self.judge = get_judge(cfg.judge)
+        if self.judge.score_tokens is not None and cfg.samples != 1:
+            raise InvalidInput(f"judge {self.judge.name!r} reads its score in one pass; samples={cfg.samples} adds nothing",
+                               "drop the @K of a read-out judge (K is for sampling judges, e.g. retro)", field="--judges")
+        self.mapping = LabelMapping(cfg, self.judge)
+
+    def rerank(self, q: QueryCandidates) -> ServedRequest:
+        from r3edge.distill.teacher import _Run
+
+        counting = _Counting(self.backend)
+        run = _Run(self.cfg, self.judge, counting, self.mapping, Counter({q.qid: len(q.candidates)}))
+        t0 = time.perf_counter()
+        records = run.label_chunk([(q, c) for c in q.candidates])
+        wall = time.perf_counter() - t0
+        return ServedRequest(
+            qid=q.qid, latency_s=wall, n_pairs=len(records), generated_tokens=counting.tokens,
+            format_failures=sum(not r["format_ok"] for r in records), no_label=sum(r["probs"] is None for r in records),
+            probs={r["docid"]: r["probs"] for r in records})
+
+
+def closed_loop(reranker: JudgeReranker, queries: Sequence[QueryCandidates], n_requests: int, concurrency: int,
+                desc: str, stream: TextIO | None = None) -> tuple[list[ServedRequest], float]:
+    """``n_requests`` requests (cycling through ``queries``) from ``concurrency`` callers, each sending
+    its next request when its last one is answered; returns the requests in order and the wall time."""
+    from r3edge.core.progress import Progress
+
+    out: list[ServedRequest | None] = [None] * n_requests
+    lock = threading.Lock()
+    prog = Progress(n_requests, desc, stream=stream, every_s=10.0)
+
+    def one(i: int) -> None:
+        out[i] = reranker.rerank(queries[i % len(queries)])
+        with lock:
+            prog.update(extra=f"last {out[i].latency_s:.1f} s")
+
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(concurrency, thread_name_prefix="r3edge-judge-caller") as pool:
+        list(pool.map(one, range(n_requests)))
+    wall = time.perf_counter() - t0
+    prog.close()
+    return out, wall  # type: ignore[return-value]
+
+
+def judge_config(spec: JudgeSpec, *, teacher_model: str | Path | None = None) -> TeacherConfig:
+    """The teacher config of a judge row, with ``--teacher-model`` weights and ``@K`` applied."""
+    from r3edge.distill.teacher import load_teacher_config
+
+    return load_teacher_config(spec.config, samples=spec.samples, model=teacher_model)
+
+
+def row_name(spec: JudgeSpec, cfg: TeacherConfig) -> str:
+    return cfg.name + (f"@{cfg.samples}" if cfg.samples > 1 or spec.samples is not None else "")
+
+
+def engine_model(cfg: TeacherConfig, cache_dir: Path) -> tuple[Path, str]:
+    """The HF directory a serving engine loads for ``cfg`` and the name the config asks the server for.
+
+    A local HF directory (e.g. ``r3edge teacher sft``'s output) is served as it is, under its path; a
+    package, hub or random-init model is written once as an HF directory under ``cache_dir`` (keyed by
+    the model spec) and served under its reference."""
+    from r3edge.distill.teacher import teacher_model_ref
+
+    ref = cfg.model.pretrained
+    if ref is not None and (Path(ref) / "config.json").is_file():
+        return Path(ref), cfg.served_model or ref
+    key = hashlib.sha256(json.dumps(cfg.model.model_dump(), sort_keys=True).encode()).hexdigest()[:12]
+    out = cache_dir / f"hf-{key}"
+    if not (out / "config.json").is_file():
+        from r3edge.model.loading import save_hf_checkpoint
+
+        save_hf_checkpoint(cfg.model, out)
+    return out, cfg.served_model or ref or teacher_model_ref(cfg)
+
+
+def measure_judge(cfg: TeacherConfig, queries: Sequence[QueryCandidates], *, base_url: str | None = None,
+                  requests: int = 5, concurrency: Sequence[int] = (1, 4), max_in_flight: int = 256,
+                  label: str | None = None, stream: TextIO | None = None) -> dict:
+    """Serve every query once at concurrency 1 (its verdicts are the row's accuracy; at least
+    ``requests`` requests, cycling, for the latency percentiles), then ``max(requests, c)`` requests at
+    each other concurrency c for throughput. An untimed warm-up request (the first query's first
+    ``WARMUP_CANDIDATES`` candidates) goes first. With ``base_url`` the judge runs through the openai
+    backend (at most ``max_in_flight`` pair calls in flight, all requests together); without, in-process
+    through transformers, where only concurrency 1 is run (one model, one request at a time)."""
+    from r3edge.distill.backends import load_backend
+
+    stream = stream if stream is not None else sys.stderr
+    if not queries:
+        raise InvalidInput("no queries to serve to the judge", "pass a pairs file with at least one query")
+    if base_url:
+        from r3edge.distill.backends.openai_backend import OpenAIBackend
+
+        cfg = cfg.model_copy(update={"backend": "openai", "base_url": base_url})
+        backend = OpenAIBackend(cfg, base_url=base_url, max_concurrency=max_in_flight)
+        engine = "openai-compatible server"
+    else:
+        cfg = cfg.model_copy(update={"backend": "transformers", "base_url": None})
+        backend = load_backend(cfg)
+        engine = "transformers (in-process)"
+    name = label or cfg.name
+    try:
+        reranker = JudgeReranker(cfg, backend)
+        warm = queries[0]
+        t0 = time.perf_counter()
+        reranker.rerank(replace(warm, candidates=list(warm.candidates[:WARMUP_CANDIDATES])))
+        print(f"judge {name}: warm-up request ({WARMUP_CANDIDATES} pairs) {time.perf_counter() - t0:.1f} s, not timed",
+              file=stream, flush=True)
+        n1 = max(requests, len(queries))
+        served, wall = closed_loop(reranker, queries, n1, 1, f"judge {name} c=1", stream)
+        phases = {1: _phase(served, wall, 1)}
+        skipped = []
+        for c in concurrency:
+            if c == 1:
+                continue
+            if not base_url:
+                skipped.append(c)
+                continue
+            more, wall_c = closed_loop(reranker, queries, max(requests, c), c, f"judge {name} c={c}", stream)
+            phases[c] = _phase(more, wall_c, c)
+    finally:
+        backend.close()
+    first = {q.qid: r for q, r in zip(queries, served)}  # each query's first answer (greedy: repeats agree)
+    return {
+        "name": name,
+        "judge": reranker.judge.name,
+        "teacher": cfg.name,
+        "model": cfg.model.pretrained or "random-init",
+        "samples": cfg.samples,
+        "engine": engine,
+        "base_url": base_url,
+        "phases": phases,
+        "concurrency_not_run": skipped,
+        "probs": {(qid, docid): p for qid, r in first.items() for docid, p in r.probs.items()},
+    }
+
+
+def _phase(served: list[ServedRequest], wall_s: float, concurrency: int) -> dict:
+    pairs = sum(r.n_pairs for r in served)
+    return {
+        "concurrency": concurrency,
+        "requests": len(served),
+        "wall_s": wall_s,
+        "latency_s": [r.latency_s for r in served],
+        "pairs": pairs,
+        "generated_tokens": sum(r.generated_tokens for r in served),
+        "format_failures": sum(r.format_failures for r in served),
+        "no_label": sum(r.no_label for r in served),
+    }
+
+
+def measure_judges(specs: Sequence[JudgeSpec], queries: Sequence[QueryCandidates], *, teacher_model: str | None = None,
+                   vllm_python: str | None = None, base_url: str | None = None, work_dir: str | Path = "runs/bench",
+                   requests: int = 5, concurrency: Sequence[int] = (1, 4), stream: TextIO | None = None) -> list[dict]:
+    """:func:`measure_judge` for every judge, on one engine: a vLLM server started from ``vllm_python``
+    per distinct model (judges sharing weights share the server), a running server at ``base_url``, or
+    in-process transformers when neither is given."""
+    if vllm_python and base_url:
+        raise InvalidInput("--vllm and --base-url both given", "start a server with --vllm, or use a running one with --base-url")
+    work = Path(work_dir)
+    cfgs = [(s, judge_config(s, teacher_model=teacher_model)) for s in specs]
+    if not vllm_python:
+        return [measure_judge(cfg, queries, base_url=base_url, requests=requests, concurrency=concurrency,
+                              label=row_name(s, cfg), stream=stream) for s, cfg in cfgs]
+    from r3edge.distill.backends.vllm_server import vllm_server
+
+    groups: dict[tuple[Path, str], list[int]] = {}
+    for i, (_, cfg) in enumerate(cfgs):
+        groups.setdefault(engine_model(cfg, work / "engine-models"), []).append(i)
+    rows: list[dict | None] = [None] * len(cfgs)
+    for (model_dir, served_name), members in groups.items():
+        log = work / f"vllm-{model_dir.name}.log"
+        print(f"judges {[row_name(*cfgs[i]) for i in members]}: starting vLLM on {model_dir} (log {log})",
+              file=stream or sys.stderr, flush=True)
+        with vllm_server(vllm_python, model_dir, served_name=served_name, log_path=log) as url:
+            for i in members:
+                spec, cfg = cfgs[i]
+                rows[i] = measure_judge(cfg.model_copy(update={"served_model": served_name}), queries, base_url=url,
+                                        requests=requests, concurrency=concurrency, label=row_name(spec, cfg),
+                                        stream=stream)
+                rows[i]["engine"] = "vLLM (OpenAI-compatible server started here)"
+    return rows  # type: ignore[return-value]
