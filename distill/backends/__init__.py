@@ -3,14 +3,16 @@
 A backend turns conversations into text and reads next-token probabilities; it knows nothing about
 rubrics. A conversation is ``(messages, assistant_prefix)``: the chat so far and the start of the
 assistant's reply, which the backend continues (the prefix is prefilled, never generated). Two
-backends implement the same three calls:
+backends implement the same four calls:
 
 * ``transformers`` — in-process generation (``transformers_backend``);
 * ``openai`` — any OpenAI-compatible server with logprobs: vLLM, SGLang, TGI (``openai_backend``).
 
 ``generate`` (intent round), ``generate_and_score`` (reasoning up to the judge's score marker, then
 the distribution over the score tokens there, Rank1-style, with cut-off reasoning repaired by the
-judge) and ``sample`` (K trajectories per conversation with their log-likelihoods, for Retro*).
+judge), ``read_scores`` (no generation: the distribution over the score tokens right after the
+conversation, whose prefix already ends at the marker; the score-only judge) and ``sample`` (K
+trajectories per conversation with their log-likelihoods, for Retro*).
 """
 
 from __future__ import annotations
@@ -43,6 +45,9 @@ class Backend(Protocol):
     def generate_and_score(self, convs: Sequence[Conversation], max_new_tokens: int, score_open: str,
                            repair: Callable[[str], tuple[str, bool]], score_tokens: Sequence[str],
                            ) -> tuple[list[Generation], np.ndarray]: ...
+
+    def read_scores(self, convs: Sequence[Conversation], score_tokens: Sequence[str],
+                    ) -> tuple[list[Generation], np.ndarray]: ...
 
     def sample(self, convs: Sequence[Conversation], max_new_tokens: int, stop: Sequence[str], k: int,
                temperature: float) -> list[list[Generation]]: ...

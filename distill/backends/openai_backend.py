@@ -8,7 +8,8 @@ judge's system prompt). The assistant prefix is continued, not re-generated
 Score read-out, Rank1-style: generate the reasoning with the judge's score marker as a stop string;
 repair a reply cut off by ``max_tokens`` (the judge closes it and appends the marker); then ask for
 one more token after the marker with ``logprobs`` and read the probabilities of the score tokens
-there. The distribution is taken from ``top_logprobs`` (the server's top 20, the API's cap); a
+there. The score-only judge's prompt already ends at its marker, so ``read_scores`` asks only for
+that one token. The distribution is taken from ``top_logprobs`` (the server's top 20, the API's cap); a
 score token outside it is given the smallest returned log-probability, an upper bound on its true
 value, before the row is renormalised over the score tokens. A server that returns no logprobs is
 an error naming the fix, never a silent uniform label.
@@ -138,14 +139,32 @@ class OpenAIBackend:
                            stop=[score_open], include_stop_str_in_output=True)
             gen = _generation(r, 0, 0.0)
             reply, repaired = repair(prefix + gen.text)
-            r2 = self._chat((messages, reply), max_tokens=1, temperature=0.0, logprobs=True, top_logprobs=TOP_LOGPROBS)
-            probs = _score_probs(r2, score_tokens, self.base_url)
+            _, probs = self._read((messages, reply), score_tokens)
             latency = time.perf_counter() - t0
             return (Generation(text=gen.text, prompt_tokens=gen.prompt_tokens, completion_tokens=gen.completion_tokens,
                                latency_s=latency, repaired=repaired), probs)
 
         results = self._map(one, convs)
         return [g for g, _ in results], np.array([p for _, p in results], dtype=np.float64)
+
+    def read_scores(self, convs: Sequence[Conversation], score_tokens: Sequence[str],
+                    ) -> tuple[list[Generation], np.ndarray]:
+        """The score tokens' distribution right after each conversation (prefill only: one token is
+        asked for, to carry its logprobs; nothing generated is kept). The assistant prefix, which
+        ends at the judge's marker, is continued with ``continue_final_message``."""
+        def one(conv):
+            t0 = time.perf_counter()
+            r, probs = self._read(conv, score_tokens)
+            gen = _generation(r, 0, time.perf_counter() - t0)
+            return Generation(text="", prompt_tokens=gen.prompt_tokens, completion_tokens=0, latency_s=gen.latency_s), probs
+
+        results = self._map(one, convs)
+        return [g for g, _ in results], np.array([p for _, p in results], dtype=np.float64)
+
+    def _read(self, conv: Conversation, score_tokens: Sequence[str]) -> tuple[dict, np.ndarray]:
+        """One greedy token after ``conv`` with ``top_logprobs``: the response and the score tokens' probabilities."""
+        r = self._chat(conv, max_tokens=1, temperature=0.0, logprobs=True, top_logprobs=TOP_LOGPROBS)
+        return r, _score_probs(r, score_tokens, self.base_url)
 
 
 def _generation(resp: dict, i: int, latency_s: float, logprob: float | None = None) -> Generation:

@@ -6,7 +6,8 @@ position. A batch holds one query's candidates, whose common prefix (system prom
 round-2 instructions up to the post) is prefilled once and its cache shared (:meth:`_prefill`;
 1.4x on the demo's cold-started teacher, 10 candidates: generation, not prefill, is the rest). The
 score read-out runs one forward pass with ``logits_to_keep=1`` so the full-vocabulary
-projection happens only for the last position.
+projection happens only for the last position; a prefill-only judge (score-only) gets just that
+forward (:meth:`TransformersBackend.read_scores`).
 """
 
 from __future__ import annotations
@@ -205,13 +206,10 @@ class TransformersBackend:
         """
         torch = self.torch
         prompts = self._prompts(convs)
-        key = (tuple(score_tokens), score_open)
-        if key not in self._score_ids:
-            self._score_ids[key] = self.score_token_ids(score_tokens, score_open)
         stop = [score_open]
         out: list[Generation | None] = [None] * len(prompts)
         probs = np.zeros((len(prompts), len(score_tokens)), dtype=np.float64)
-        sel = torch.tensor(self._score_ids[key], dtype=torch.long, device=self.device)
+        sel = self._score_index(score_tokens, score_open)
         for idx, rows in self._batches(prompts, self._groups(convs)):
             t0 = time.perf_counter()
             with torch.inference_mode():
@@ -258,6 +256,46 @@ class TransformersBackend:
                 out[i] = Generation(text=text, prompt_tokens=len(rows[j]), completion_tokens=n, latency_s=share,
                                     repaired=was_repaired)
                 probs[i] = p[j]
+        return out, probs  # type: ignore[return-value]
+
+
+    def _score_index(self, score_tokens: Sequence[str], after: str):
+        """The score tokens' vocabulary ids as a tensor (checked once per token set and marker)."""
+        key = (tuple(score_tokens), after)
+        if key not in self._score_ids:
+            self._score_ids[key] = self.score_token_ids(score_tokens, after)
+        return self.torch.tensor(self._score_ids[key], dtype=self.torch.long, device=self.device)
+
+    def read_scores(self, convs: Sequence[Conversation], score_tokens: Sequence[str],
+                    ) -> tuple[list[Generation], np.ndarray]:
+        """Prefill only: one forward per micro-batch and the next-token distribution over
+        ``score_tokens`` at each row's last position (each conversation's prefix ends at the judge's
+        score marker).
+
+        Rows are sorted by length into batches of ``batch_size`` (left padding, so the last position
+        is every row's next token), their shared prefix runs once (:meth:`_prefill`), and only the
+        last position is projected onto the vocabulary (``logits_to_keep=1``). ``latency_s`` is each
+        row's share of its batch.
+        """
+        torch = self.torch
+        prompts = self._prompts(convs)
+        out: list[Generation | None] = [None] * len(prompts)
+        probs = np.zeros((len(prompts), len(score_tokens)), dtype=np.float64)
+        sels = {prefix: self._score_index(score_tokens, prefix) for _, prefix in convs}
+        for idx, rows in self._batches(prompts, self._groups(convs)):
+            t0 = time.perf_counter()
+            with torch.inference_mode():
+                ids, mask, cache = self._prefill(rows)
+                start = 0 if cache is None else cache.get_seq_length()
+                pos = (mask.cumsum(-1) - 1).clamp(min=0)
+                logits = self.model(input_ids=ids[:, start:], attention_mask=mask, position_ids=pos[:, start:],
+                                    past_key_values=cache, logits_to_keep=1).logits[:, -1, :]
+                for j, i in enumerate(idx):
+                    row = logits[j].index_select(-1, sels[convs[i][1]]).double()
+                    probs[i] = torch.softmax(row, dim=-1).cpu().numpy()
+            share = (time.perf_counter() - t0) / len(rows)
+            for j, i in enumerate(idx):
+                out[i] = Generation(text="", prompt_tokens=len(rows[j]), completion_tokens=0, latency_s=share)
         return out, probs  # type: ignore[return-value]
 
 

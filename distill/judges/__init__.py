@@ -10,6 +10,9 @@ Two ways to get a soft label, chosen by the judge:
   verdict ends with a fixed ``score_open`` marker after which the next token is the score. The
   backend stops at that marker (or repairs a cut-off reasoning with :meth:`Judge.repair`) and reads
   the probabilities of the ``score_tokens`` there (Rank1's trick);
+* **prefill-only read-out** (a read-out judge whose ``reply_prefix`` already ends with its
+  ``score_open``, :func:`prefill_only`: the score-only judge): nothing is generated; the prompt is
+  run once and the probabilities of the ``score_tokens`` read at its last position;
 * **sampling** (``score_tokens`` is None, e.g. Retro*'s 0..100): K reasoning trajectories are
   sampled and their parsed scores integrated (uniform or likelihood-weighted mean@k).
 
@@ -36,6 +39,7 @@ JUDGES = {
     "tongxiao": "r3edge.distill.judges.tongxiao",
     "true": "r3edge.distill.judges.true_usefulness",
     "crux": "r3edge.distill.judges.crux",
+    "score-only": "r3edge.distill.judges.score_only",
 }
 
 
@@ -102,6 +106,13 @@ def get_judge(name: str) -> Judge:
     if name not in JUDGES:
         raise InvalidInput(f"unknown judge {name!r}", f"set 'judge' in the teacher config to one of {sorted(JUDGES)}")
     return importlib.import_module(JUDGES[name]).JUDGE
+
+
+def prefill_only(judge: Judge) -> bool:
+    """Whether a read-out judge's prompt already ends at its score marker (the reply prefix ends with
+    ``score_open``): then there is no reasoning to generate and the backend only reads the score
+    tokens' probabilities after the prompt (``Backend.read_scores``)."""
+    return judge.score_tokens is not None and judge.reply_prefix.endswith(judge.score_open)
 
 
 def templates_hash(*templates: str) -> str:
