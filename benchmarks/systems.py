@@ -188,7 +188,7 @@ def judge_row(measured: dict, queries: Sequence[QueryCandidates], label_values: 
     acc = accuracy_block(queries, probs, label_values, teacher)
     return {
         "system": measured["name"],
-        "variant": measured["engine"],
+        "variant": f"{measured['model']} · {measured['engine']}",
         "kind": "judge",
         "judge": measured["judge"],
         "model": measured["model"],

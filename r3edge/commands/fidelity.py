@@ -238,6 +238,8 @@ def _results(args, dev, bench: dict, names: list[str], dev_manifest: dict, teach
     teacher["latency_ms_top100"] = {"p50": per_q_ms, "p95": None}
     where = args.stages_on or "this machine"
     teacher["latency_source"] = f"measured: dev labelling wall time / questions, on {where}"
+    # the students' latencies are this machine's; a teacher timed elsewhere never shares their latency axis
+    teacher["axis"] = args.stages_on or next(r["axis"] for r in first["systems"] if r.get("kind") == "student")
     systems: dict = {"teacher": teacher}
     for i, name in enumerate(names):
         # one row per system: the recommended (first) student is "student", the others "student-<config>"
