@@ -67,8 +67,10 @@ def levels(results: dict) -> tuple[int, int]:
 
 
 def header(results: dict) -> list[str]:
+    """The table's columns; one throughput column when the run measured one concurrency."""
     lo, hi = levels(results)
-    return [h.replace("request", request_size(results)).replace("LO", str(lo)).replace("HI", str(hi)) for h in HEADER]
+    cols = [h for h in HEADER if lo != hi or h != "pairs/s c=HI"]
+    return [h.replace("request", request_size(results)).replace("LO", str(lo)).replace("HI", str(hi)) for h in cols]
 
 
 def row_cells(row: dict, axes: dict[str, str], hi: int = 4) -> list[str]:
@@ -83,8 +85,8 @@ def row_cells(row: dict, axes: dict[str, str], hi: int = 4) -> list[str]:
         row["system"], str(row.get("variant") or "–"), row.get("kind", "–"),
         _fmt(lat.get("p50"), ".1f"), _fmt(lat.get("p95"), ".1f"), _fmt(row.get("pairs_per_s"), ".1f"), c4_cell,
         _fmt(row.get("generated_tokens_per_pair"), ".1f"),
-        (f"{row['format_failures']}/{row.get('n_pairs_served', '?')}" if row.get("kind") == "judge"
-         else str(row["format_failures"]) if row.get("format_failures") is not None else "–"),
+        ("–" if row.get("format_failures") is None else f"{row['format_failures']}/{row['n_pairs_served']}"
+         if row.get("n_pairs_served") else str(row["format_failures"])),
         _fmt(gold.get("ndcg@10")), _fmt(gold.get("accuracy")), _fmt(gold.get("f1_macro")),
         _fmt(gold.get("auc_0_12")), _fmt(gold.get("auc_01_2")), _fmt(teach.get("accuracy_vs_teacher")),
         str(gold.get("n") if gold.get("n") is not None else acc.get("n_scored", "–")),
@@ -168,9 +170,14 @@ def markdown(results: dict) -> str:
            f"then {s['judge_requests']} requests per further concurrency" if s.get("judge_requests") else "") + ".",
         "",
         "| " + " | ".join(header(results)) + " |",
-        "|" + "|".join("---" for _ in HEADER) + "|",
+        "|" + "|".join("---" for _ in header(results)) + "|",
     ]
-    lines += ["| " + " | ".join(row_cells(r, axes, levels(results)[1])) + " |" for r in rows]
+    lo, hi = levels(results)
+    for r in rows:
+        cells = row_cells(r, axes, hi)
+        if lo == hi:
+            del cells[HEADER.index("pairs/s c=HI")]
+        lines.append("| " + " | ".join(cells) + " |")
     lines.append("")
     for desc, key in axes.items():
         lines.append(f"hw {key}: {desc}.  ")

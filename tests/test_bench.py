@@ -169,6 +169,32 @@ def test_fidelity_plot_never_puts_another_machines_latency_on_the_students_axis(
     assert elsewhere == [f"teacher (0.280; timed on {gpu})"]
 
 
+def test_report_of_a_one_concurrency_run_has_one_throughput_column_and_separate_hardware(tmp_path):
+    """The demo's shape (concurrency 1, a labels row) and a judge timed on another machine: no ratio across hardware."""
+    from r3edge.benchmarks.machine import machine_info
+    from r3edge.benchmarks.report import markdown, ratios
+
+    here, there = "this box", "server at http://gpu:8000/v1"
+    lat = {"p50": 100.0, "p95": 120.0}
+    results = {"machine": machine_info(), "baselines": None,
+               "settings": {"n_queries": 2, "n_pairs": 200, "requests": 4, "top_k": 10, "concurrency": 1},
+               "systems": [
+                   {"system": "judge", "variant": "m · vLLM", "kind": "judge", "axis": there, "latency_ms": {"p50": 9e3},
+                    "accuracy": {"vs_gold": {"ndcg@10": 0.4}}, "latency_source": "measured"},
+                   {"system": "student", "variant": "int8", "kind": "student", "axis": here, "latency_ms": lat,
+                    "pairs_per_s": 1000.0, "accuracy": {"vs_gold": {"ndcg@10": 0.5}}, "latency_source": "measured"},
+                   {"system": "teacher labels", "variant": "t", "kind": "labels", "latency_ms": {},
+                    "accuracy": {"vs_gold": {"ndcg@10": 0.6}}, "latency_source": "not timed"}]}
+    md = markdown(results)
+    head = next(line for line in md.splitlines() if line.startswith("| system"))
+    assert head.count("pairs/s") == 1 and "p50 ms / top-100" in head
+    assert all(line.count("|") == head.count("|") for line in md.splitlines() if line.startswith("| "))
+    assert f"hw A: {there}." in md and f"hw B: {here}." in md
+    assert ratios(results) == [] and "no ratio computed" in md  # never across hardware
+    results["systems"][0]["axis"] = here
+    assert ratios(results)[0]["p50_ratio"] == pytest.approx(90.0) and "| student int8 | judge | 90.0× | 1.250 |" in markdown(results)
+
+
 def test_spread_labels_never_overlap():
     from r3edge.benchmarks.report import pareto_front, spread
 
