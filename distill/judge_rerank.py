@@ -173,24 +173,28 @@ def row_name(spec: JudgeSpec, cfg: TeacherConfig) -> str:
     return cfg.name + (f"@{cfg.samples}" if cfg.samples > 1 or spec.samples is not None else "")
 
 
-def engine_model(cfg: TeacherConfig, cache_dir: Path) -> tuple[Path, str]:
+def engine_model(cfg: TeacherConfig) -> tuple[Path, str]:
     """The HF directory a serving engine loads for ``cfg`` and the name the config asks the server for.
 
     A local HF directory (e.g. ``r3edge teacher sft``'s output) is served as it is, under its path; a
-    package, hub or random-init model is written once as an HF directory under ``cache_dir`` (keyed by
-    the model spec) and served under its reference."""
+    GGUF published in parts (``package:qwen2.5-coder-1.5b-instruct``) as the HF directory r3edge's cache
+    already converts it to; any other package, hub or random-init model is written once as an HF
+    directory under the r3edge cache (``R3EDGE_CACHE``/engine-models, keyed by the model spec) and
+    served under its reference."""
     from r3edge.distill.teacher import teacher_model_ref
+    from r3edge.model.loading import PACKAGED_GGUFS, cache_dir, packaged_gguf_dir, save_hf_checkpoint
 
     ref = cfg.model.pretrained
     if ref is not None and (Path(ref) / "config.json").is_file():
         return Path(ref), cfg.served_model or ref
+    name = cfg.served_model or ref or teacher_model_ref(cfg)
+    if ref in PACKAGED_GGUFS:
+        return packaged_gguf_dir(ref), name
     key = hashlib.sha256(json.dumps(cfg.model.model_dump(), sort_keys=True).encode()).hexdigest()[:12]
-    out = cache_dir / f"hf-{key}"
+    out = cache_dir() / "engine-models" / f"hf-{key}"
     if not (out / "config.json").is_file():
-        from r3edge.model.loading import save_hf_checkpoint
-
         save_hf_checkpoint(cfg.model, out)
-    return out, cfg.served_model or ref or teacher_model_ref(cfg)
+    return out, name
 
 
 def measure_judge(cfg: TeacherConfig, queries: Sequence[QueryCandidates], *, base_url: str | None = None,
@@ -270,10 +274,13 @@ def _phase(served: list[ServedRequest], wall_s: float, concurrency: int) -> dict
 
 def measure_judges(specs: Sequence[JudgeSpec], queries: Sequence[QueryCandidates], *, teacher_model: str | None = None,
                    vllm_python: str | None = None, base_url: str | None = None, work_dir: str | Path = "runs/bench",
-                   requests: int = 5, concurrency: Sequence[int] = (1, 4), stream: TextIO | None = None) -> list[dict]:
+                   requests: int = 5, concurrency: Sequence[int] = (1, 4), kv_cache_gib: int = 2,
+                   stream: TextIO | None = None) -> list[dict]:
     """:func:`measure_judge` for every judge, on one engine: a vLLM server started from ``vllm_python``
     per distinct model (judges sharing weights share the server), a running server at ``base_url``, or
-    in-process transformers when neither is given."""
+    in-process transformers when neither is given. ``kv_cache_gib`` sizes a started server's KV cache: a
+    request's pairs run together only while their sequences fit in it (pairs of one query share their
+    prefix's blocks through vLLM's prefix cache); beyond it the server queues them, and that is measured."""
     if vllm_python and base_url:
         raise InvalidInput("--vllm and --base-url both given", "start a server with --vllm, or use a running one with --base-url")
     work = Path(work_dir)
@@ -285,13 +292,13 @@ def measure_judges(specs: Sequence[JudgeSpec], queries: Sequence[QueryCandidates
 
     groups: dict[tuple[Path, str], list[int]] = {}
     for i, (_, cfg) in enumerate(cfgs):
-        groups.setdefault(engine_model(cfg, work / "engine-models"), []).append(i)
+        groups.setdefault(engine_model(cfg), []).append(i)
     rows: list[dict | None] = [None] * len(cfgs)
     for (model_dir, served_name), members in groups.items():
         log = work / f"vllm-{model_dir.name}.log"
         print(f"judges {[row_name(*cfgs[i]) for i in members]}: starting vLLM on {model_dir} (log {log})",
               file=stream or sys.stderr, flush=True)
-        with vllm_server(vllm_python, model_dir, served_name=served_name, log_path=log) as url:
+        with vllm_server(vllm_python, model_dir, served_name=served_name, log_path=log, kv_cache_gib=kv_cache_gib) as url:
             for i in members:
                 spec, cfg = cfgs[i]
                 rows[i] = measure_judge(cfg.model_copy(update={"served_model": served_name}), queries, base_url=url,

@@ -156,6 +156,19 @@ def test_judge_entries_parse_and_bad_ones_name_the_fix():
     assert judge_config(JudgeSpec(str(TINY_TEACHER)), teacher_model="elsewhere").model.pretrained == "elsewhere"
 
 
+def test_engine_model_serves_local_dirs_as_they_are_and_caches_the_rest(tmp_path, monkeypatch):
+    from r3edge.distill.judge_rerank import JudgeSpec, engine_model, judge_config
+    from r3edge.distill.teacher import teacher_model_ref
+
+    monkeypatch.setenv("R3EDGE_CACHE", str(tmp_path / "cache"))
+    cfg = judge_config(JudgeSpec(str(TINY_TEACHER)))
+    first, name = engine_model(cfg)
+    assert first.parent == tmp_path / "cache" / "engine-models" and (first / "config.json").is_file()
+    assert name == teacher_model_ref(cfg) and engine_model(cfg) == (first, name)  # written once
+    local = judge_config(JudgeSpec(str(TINY_TEACHER), weights=str(first)))
+    assert engine_model(local) == (first, str(first))  # an HF directory is served under its path
+
+
 def test_fidelity_plot_never_puts_another_machines_latency_on_the_students_axis():
     from r3edge.benchmarks.fidelity import placed
 

@@ -59,6 +59,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
                      help="serve the judges with a vLLM server run by this interpreter (e.g. .venv-vllm/bin/python), "
                           "one server per model")
     jud.add_argument("--base-url", default=None, help="serve the judges with this running OpenAI-compatible server")
+    jud.add_argument("--vllm-kv-cache-gib", type=int, default=2, metavar="GIB",
+                     help="KV cache of each vLLM server --vllm starts (VLLM_CPU_KVCACHE_SPACE)")
     jud.add_argument("--judge-requests", type=int, default=5,
                      help="at least this many top-N requests per judge and concurrency (every query is served once)")
     parser.add_argument("--concurrency", default="1,4",
@@ -126,8 +128,10 @@ def read_requests(args) -> tuple[list, str]:
 
 
 def bench(args) -> dict:
-    """Judges, then students (the judges' engine is stopped first), then floors; one results dict."""
+    """Judges, then students (the judges' engine is stopped first), then floors; one results dict.
+    Engine logs (one per vLLM server started) go to OUT/logs/."""
     import sys
+    from pathlib import Path
 
     from r3edge.benchmarks.systems import bench_systems, hardware_axis, judge_row, teacher_probs
     from r3edge.core.errors import InvalidInput
@@ -144,8 +148,8 @@ def bench(args) -> dict:
 
         specs = [JudgeSpec.parse(x) for x in args.judges.split(",") if x.strip()]
         measured = measure_judges(specs, queries, teacher_model=args.teacher_model, vllm_python=args.vllm,
-                                  base_url=args.base_url, work_dir=args.out, requests=args.judge_requests,
-                                  concurrency=levels, stream=sys.stderr)
+                                  base_url=args.base_url, work_dir=Path(args.out) / "logs", requests=args.judge_requests,
+                                  concurrency=levels, kv_cache_gib=args.vllm_kv_cache_gib, stream=sys.stderr)
     teacher = measured[0]["probs"] if measured else (teacher_probs(args.labels)[0] if args.labels else None)
     limits = {k: getattr(args, k) for k in ("max_concurrent_requests", "max_batch_tokens", "max_batch_size")
               if getattr(args, k) is not None}
