@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from typing import Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, field_validator, model_validator
 
@@ -18,6 +19,12 @@ from r3edge.export.quantize import VARIANTS as ONNX_VARIANTS
 
 #: Every variant ``r3edge export`` can build: the ONNX graphs, then the OpenVINO IR (``ov-*``).
 VARIANTS = (*ONNX_VARIANTS, *OV_PRESETS)
+
+#: What ``r3edge export`` writes: the ONNX (+ OpenVINO) artifact ``r3edge serve`` loads, an HF
+#: sequence-classification checkpoint for vLLM / TEI (r3edge.export.seq_cls), or a Triton model
+#: repository around the artifact (r3edge.export.triton).
+Format = Literal["onnx", "hf-seq-cls", "triton"]
+FORMATS: tuple[str, ...] = get_args(Format)
 
 #: max |Δ label logit| allowed between the ONNX fp32 graph and PyTorch
 DEFAULT_ATOL = 1e-3
@@ -40,6 +47,11 @@ class ExportOptions(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
+    format: Format = Field(
+        "onnx", description="what to write: onnx (the artifact `r3edge serve` loads), hf-seq-cls (an HF "
+        "*ForSequenceClassification checkpoint + the scoring contract, for vLLM's pooling runner or TEI; causal and "
+        "encoder students), triton (a Triton model repository: the artifact's ONNX/OpenVINO model, a Python-backend "
+        "tokenizer and an ensemble taking text)")
     variants: tuple[str, ...] = Field(
         ("fp32", "int8"),
         description="comma-separated variants: fp32, int8 (static QDQ), int8-row (per-row dynamic), int8-smooth "

@@ -16,7 +16,7 @@ import socket
 import subprocess
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -31,20 +31,22 @@ def free_port() -> int:
 
 
 def vllm_command(python: str | Path, model_dir: str | Path, *, served_name: str, port: int,
-                 max_model_len: int = 2048, dtype: str | None = None, eager: bool = True) -> list[str]:
+                 max_model_len: int = 2048, dtype: str | None = None, eager: bool = True,
+                 extra_args: Sequence[str] = ()) -> list[str]:
     """The server's command line. ``--enforce-eager`` skips 2-3 minutes of compilation at every start
-    on CPU; fp32 is the default dtype on CPUs without native bf16."""
+    on CPU; fp32 is the default dtype on CPUs without native bf16. ``extra_args`` are appended
+    (``("--runner", "pooling")`` serves a sequence-classification export on ``/classify``)."""
     dtype = dtype or ("bfloat16" if cpu_has_bf16() else "float32")
     cmd = [str(python), "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir),
            "--served-model-name", served_name, "--host", "127.0.0.1", "--port", str(port),
            "--max-model-len", str(max_model_len), "--dtype", dtype]
-    return [*cmd, "--enforce-eager"] if eager else cmd
+    return [*cmd, *(["--enforce-eager"] if eager else []), *extra_args]
 
 
 @contextmanager
 def vllm_server(python: str | Path, model_dir: str | Path, *, served_name: str, log_path: str | Path,
                 startup_s: float = 600, max_model_len: int = 2048, dtype: str | None = None,
-                kv_cache_gib: int = 2) -> Iterator[str]:
+                kv_cache_gib: int = 2, extra_args: Sequence[str] = ()) -> Iterator[str]:
     """Run vLLM on ``model_dir`` (an HF directory) and yield its ``/v1`` base URL.
 
     Every core is given to the model (vLLM binds one by default on CPU: 1.7x slower measured here).
@@ -62,7 +64,8 @@ def vllm_server(python: str | Path, model_dir: str | Path, *, served_name: str, 
            "VLLM_CPU_OMP_THREADS_BIND": f"0-{(os.cpu_count() or 2) - 1}", "VLLM_LOGGING_LEVEL": "WARNING"}
     log_path = Path(log_path)
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    cmd = vllm_command(python, model_dir, served_name=served_name, port=port, max_model_len=max_model_len, dtype=dtype)
+    cmd = vllm_command(python, model_dir, served_name=served_name, port=port, max_model_len=max_model_len, dtype=dtype,
+                       extra_args=extra_args)
     with log_path.open("w") as fh:
         proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True, env=env)
     base = f"http://127.0.0.1:{port}"

@@ -21,7 +21,8 @@ def configure(parser):
     parser.add_argument("student_dir", metavar="STUDENT_DIR",
                         help="student directory written by `r3edge train` (weights + scorer.json + tokenizer.json)")
     parser.add_argument("--out", required=True, metavar="ARTIFACT_DIR",
-                        help="artifact directory to write (replaced only when the export passes parity)")
+                        help="artifact directory to write (replaced only when the export passes parity); with --format "
+                        "hf-seq-cls the checkpoint directory, with --format triton the model repository")
     # every other flag is an ExportOptions field: its default and help text live there, once
     for name, field in ExportOptions.model_fields.items():
         default = field.default
@@ -40,5 +41,14 @@ def run(args) -> int:
     # validated before anything heavy loads: a typo in --variants fails at once, naming the flag
     opts = validated(ExportOptions, {name: getattr(args, name) for name in ExportOptions.model_fields if hasattr(args, name)},
                      lambda field: (ExportOptions.flag(field), f"see `r3edge export --help` for {ExportOptions.flag(field)}"))
-    export_artifact(args.student_dir, args.out, opts)
+    if opts.format == "hf-seq-cls":
+        from r3edge.export.seq_cls import export_seq_cls
+
+        export_seq_cls(args.student_dir, args.out, calib_pairs=opts.calib_pairs, max_calib=opts.max_calib)
+    elif opts.format == "triton":
+        from r3edge.export.triton import export_triton
+
+        export_triton(args.student_dir, args.out, opts)
+    else:
+        export_artifact(args.student_dir, args.out, opts)
     return 0

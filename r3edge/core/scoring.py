@@ -402,6 +402,29 @@ class Scorer:
             )
         return out
 
+    def render_batch(self, queries: Sequence[str], documents: Sequence[str], **encode_kw) -> list[str]:
+        """Each pair's input as text, for engines that take text only (TEI, a vLLM client without ids):
+        ``head + query + mid + document + tail`` with the query and the document cut where
+        :meth:`encode_batch` (called with ``encode_kw``) cuts them, at the end of the last kept
+        token's characters in the original text.
+
+        The engine re-tokenises the joined text, which can merge tokens across a seam of the
+        template (a byte-level BPE reads ``"Query: " + "best"`` as ``" best"``) and reads special-token
+        strings in user text as special tokens; :meth:`encode_batch`'s ids are the exact input.
+        """
+        encoded = self.encode_batch(queries, documents, **encode_kw)
+        t = self.spec.template
+
+        def cut(text: str, dropped: int) -> str:
+            if not dropped:
+                return text
+            enc = self._text_tokenizer.encode(text, add_special_tokens=False)
+            keep = len(enc.ids) - dropped
+            return text[: enc.offsets[keep - 1][1]] if keep else ""
+
+        return [t.head + cut(q, e.query_tokens_dropped) + t.mid + cut(d, e.doc_tokens_dropped) + t.tail
+                for q, d, e in zip(queries, documents, encoded, strict=True)]
+
     def split(self, encoded: Sequence[Encoded]) -> list[tuple[list[int], list[int]]]:
         """Group encoded pairs by their shared prefix: ``[(prefix_ids, [index, ...]), ...]`` in first-seen order.
 
@@ -419,13 +442,18 @@ class Scorer:
             groups.setdefault(tuple(e.prefix), []).append(i)
         return [(list(p), idx) for p, idx in groups.items()]
 
-    def collate(self, encoded: Sequence[Encoded]) -> tuple[np.ndarray, np.ndarray]:
-        """Pad to the longest sequence on the spec's side: int64 ``input_ids`` and ``attention_mask``."""
-        return self.collate_ids([e.input_ids for e in encoded])
+    def collate(self, encoded: Sequence[Encoded], width: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Pad to the longest sequence (or to ``width``, e.g. ``max_total_tokens`` for an engine that
+        batches only equal shapes) on the spec's side: int64 ``input_ids`` and ``attention_mask``."""
+        return self.collate_ids([e.input_ids for e in encoded], width)
 
-    def collate_ids(self, rows: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray]:
+    def collate_ids(self, rows: Sequence[Sequence[int]], width: int | None = None) -> tuple[np.ndarray, np.ndarray]:
         """:meth:`collate` for bare id lists (the candidate suffixes of the prefix path use it)."""
-        width = max(len(r) for r in rows)
+        longest = max(len(r) for r in rows)
+        if width is not None and width < longest:
+            raise InvalidInput(f"a row of {longest} tokens does not fit the padded width {width}",
+                               "pad to at least the longest row (max_total_tokens holds every encoded pair)")
+        width = width or longest
         ids = np.full((len(rows), width), self.spec.pad_token_id, dtype=np.int64)
         mask = np.zeros((len(rows), width), dtype=np.int64)
         for i, r in enumerate(rows):
