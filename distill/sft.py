@@ -254,7 +254,7 @@ def freeze_below(lm, layer_ids: Sequence[int]) -> None:
         decoder.norm.requires_grad_(True)
 
 
-def _use_bf16(setting) -> bool:
+def use_bf16(setting) -> bool:
     if setting != "auto":
         return bool(setting)
     if torch.cuda.is_available():
@@ -313,7 +313,7 @@ def teacher_sft(config: str | Path | SFTConfig, out_dir: str | Path, *, gold: st
 
     tp = cfg.train
     set_seed(tp.seed)
-    tokenizer, lm = _load_base(spec)
+    tokenizer, lm = load_base(spec)
     made = training_examples(chosen, tokenizer, judge, teacher, tp.max_length, stop_token_ids(tokenizer, lm), log)
     chunks = shared_prefix_chunks(made.examples, made.keys, tp.batch_size)
     n_computed = sum(c["length"] for c in chunks)
@@ -326,7 +326,7 @@ def teacher_sft(config: str | Path | SFTConfig, out_dir: str | Path, *, gold: st
 
     model = _trainable_model(lm, cfg)
     n_trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
-    bf16 = _use_bf16(tp.bf16)
+    bf16 = use_bf16(tp.bf16)
     fit = _fit(model, tokenizer, chunks, tp, bf16=bf16, epochs=epochs, max_steps=max_steps)
     if cfg.lora is not None:
         lm = model.merge_and_unload()
@@ -372,7 +372,7 @@ def teacher_sft(config: str | Path | SFTConfig, out_dir: str | Path, *, gold: st
     return out
 
 
-def _load_base(spec: ModelSpec) -> tuple:
+def load_base(spec: ModelSpec) -> tuple:
     """``(tokenizer, model)`` of the base: a tokenizer without a chat template is refused, and the
     weights are fp32 (master weights; bf16 only as autocast)."""
     tokenizer = load_tokenizer(spec.tokenizer_ref)

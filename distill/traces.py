@@ -131,10 +131,15 @@ def shared_words(query: str, document: str) -> str:
 
 
 def _gold_native(cfg: TeacherConfig, judge) -> dict[int, int]:
-    """Gold (student) label -> native score: the inverse of the config's label map, which must be one to one."""
     if not isinstance(judge, (R3AJudge, ThinkScore)):
         raise InvalidInput(f"gold traces are built for r3a and the <think><score> judges (umbrela, true, crux), not {judge.name!r}",
                           "use traces from a stronger judge (--traces LABELS_DIR) for this judge")
+    return native_of_gold(cfg, judge)
+
+
+def native_of_gold(cfg: TeacherConfig, judge) -> dict[int, int]:
+    """Gold (student) label -> native score: the inverse of the config's label map, which must be one
+    to one (gold traces write it as the verdict; R³A's GRPO reward compares the verdict with it)."""
     mapping = LabelMapping(cfg, judge)
     if mapping.map is None:
         raise InvalidInput(f"teacher config {cfg.name!r} maps {judge.native_scale} to labels by bands: "
