@@ -1,0 +1,199 @@
+"""Teacher GRPO on CPU: does R³A's rule reward rise over a short run on the demo's cold-started judge?
+
+Runs ``r3edge teacher grpo`` (``r3edge.distill.grpo.teacher_grpo``, the code users run) on the demo's
+training pairs (``runs/demo/pairs.jsonl``: gold labels; never the held-back ones) from the demo's
+cold-started SmolLM2-135M R³A teacher (``runs/demo/teacher``), and records:
+
+* the mean reward of every training step (``prompts_per_step`` pairs × ``num_generations``
+  two-round rollouts: a different handful of pairs each step, so it is noisy), with the share of
+  well-formed trajectories (I_format) and of exact scores;
+* the mean reward on a fixed probe set of training pairs (class-balanced, seeded), the same
+  reward and sampling but no update, before the first step, every ``--eval-steps`` and after the
+  last: the comparison that does not depend on which pairs a step drew.
+
+    nice -n 5 .venv/bin/python benchmarks/scripts/teacher_grpo.py --out benchmarks/results/teacher-grpo-cpu-2core
+
+Writes ``results.json`` (machine, settings, every logged step), ``report.md`` and ``reward.png``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+import time
+from pathlib import Path
+
+import yaml
+
+from r3edge.benchmarks.machine import machine_info
+from r3edge.core.pairs import QueryCandidates, read_queries, write_queries
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def probe_pairs(queries: list[QueryCandidates], per_label: dict[int, int], seed: int) -> list[QueryCandidates]:
+    """A seeded, class-balanced subset of the pairs, in candidate-list form (each query keeps its aux posts)."""
+    rng = random.Random(seed)
+    by_label: dict[int, list] = {}
+    for q in queries:
+        for c in q.candidates:
+            if c.label is not None:
+                by_label.setdefault(int(c.label), []).append((q.qid, c.docid))
+    chosen = set()
+    for label, n in per_label.items():
+        group = sorted(by_label.get(label, []))
+        chosen.update(rng.sample(group, min(n, len(group))))
+    out = []
+    for q in queries:
+        kept = [c for c in q.candidates if (q.qid, c.docid) in chosen]
+        if kept:
+            out.append(QueryCandidates(q.qid, q.query, kept, q.aux, q.meta))
+    return out
+
+
+def mean(xs):
+    xs = [x for x in xs if x is not None]
+    return sum(xs) / len(xs) if xs else None
+
+
+def fmt(x, nd=3):
+    return "–" if x is None else f"{x:.{nd}f}"
+
+
+def report_md(res: dict) -> str:
+    s, log, ev = res["summary"], res["report"]["log"], res["report"]["eval_log"]
+    m = res["machine"]
+    lines = [
+        "# Teacher GRPO on CPU: R³A's rule reward over a short run",
+        "",
+        f"Written by `benchmarks/scripts/teacher_grpo.py` on {m['cpu']} ({m['cores_usable']} usable cores, "
+        "shared with other work: timings are not speed figures), "
+        f"torch {res['report']['versions']['torch']}, trl {res['report']['versions']['trl']}, "
+        f"{res['report']['device']}, bf16 {res['report']['bf16']}.",
+        "",
+        f"Command: `{res['command']}`; starting weights `{res['teacher_model']}`.",
+        "",
+        f"Config `{res['config_name']}`: reward {res['config']['reward']}, train {res['config']['train']}.",
+        f"Prompts: {res['report']['prompts']} training pairs of `{res['report']['pairs_file']}` "
+        f"(gold labels); probe: {res['report']['eval_prompts']} of them ({res['probe_labels']}), "
+        f"× {res['config']['train']['num_generations']} rollouts each evaluation. Rollouts: {res['report']['rollouts']}, "
+        f"budgets {res['report']['budgets']} tokens.",
+        "",
+        "## Summary",
+        "",
+        "| measure | value |",
+        "|---|---|",
+        f"| steps | {s['steps']} in {fmt(s['wall_time_s'], 0)} s ({fmt(s['seconds_per_step'], 1)} s/step) |",
+        f"| probe mean reward, before → after | {fmt(s['probe_reward_before'])} → {fmt(s['probe_reward_after'])} |",
+        f"| probe well-formed share, before → after | {fmt(s['probe_format_before'])} → {fmt(s['probe_format_after'])} |",
+        f"| probe exact-score share, before → after | {fmt(s['probe_exact_before'])} → {fmt(s['probe_exact_after'])} |",
+        f"| training mean reward, first half → second half of the steps | {fmt(s['train_reward_first_half'])} → "
+        f"{fmt(s['train_reward_second_half'])} |",
+        "",
+        "## Probe evaluations (fixed pairs, no update)",
+        "",
+        "| after step | mean reward | reward std | well formed | exact |",
+        "|---|---|---|---|---|",
+    ]
+    for h in ev:
+        lines.append(f"| {h['step']} | {fmt(h.get('eval_reward'))} | {fmt(h.get('eval_reward_std'))} | "
+                     f"{fmt(h.get('eval_r3a/format_ok'))} | {fmt(h.get('eval_r3a/exact'))} |")
+    lines += ["", "## Training steps", "",
+              "| step | mean reward | reward std | well formed | exact | KL | completion tokens | s/step |",
+              "|---|---|---|---|---|---|---|---|"]
+    for h in log:
+        lines.append(f"| {h['step']} | {fmt(h.get('reward'))} | {fmt(h.get('reward_std'))} | {fmt(h.get('r3a/format_ok'))} | "
+                     f"{fmt(h.get('r3a/exact'))} | {fmt(h.get('kl'), 4)} | {fmt(h.get('completions/mean_length'), 0)} | "
+                     f"{fmt(h.get('step_time'), 1)} |")
+    lines += ["", s["verdict"], ""]
+    return "\n".join(lines)
+
+
+def plot(res: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    log, ev = res["report"]["log"], res["report"]["eval_log"]
+    fig, ax = plt.subplots(figsize=(6.4, 3.6))
+    ax.plot([h["step"] for h in log], [h["reward"] for h in log], marker=".", lw=1, label="training batch mean")
+    ax.plot([h["step"] for h in ev], [h["eval_reward"] for h in ev], marker="o", lw=2, label="probe mean (fixed pairs)")
+    ax.set_xlabel("step")
+    ax.set_ylabel("R³A reward (I_format · r_score)")
+    ax.set_ylim(-0.02, 1.02)
+    ax.legend(loc="lower right")
+    ax.set_title(f"GRPO from {Path(res['teacher_model']).name} (CPU)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--teacher-model", default=str(ROOT / "runs/demo/teacher"))
+    ap.add_argument("--pairs", default=str(ROOT / "runs/demo/pairs.jsonl"), help="the demo's training pairs (gold labels)")
+    ap.add_argument("--config", default="r3a-smollm2-demo", help="GRPO config (shipped name or YAML)")
+    ap.add_argument("--max-steps", type=int, default=None, help="the config's train.max_steps when left out")
+    ap.add_argument("--eval-steps", type=int, default=10, help="probe evaluation every N steps (and before and after)")
+    ap.add_argument("--probe", default="0:3,1:2,2:3", help="probe pairs per gold label")
+    ap.add_argument("--work", default=str(ROOT / "runs/teacher-grpo-bench"), help="scratch: probe file, trained judge")
+    ap.add_argument("--out", required=True, help="results directory")
+    args = ap.parse_args(argv)
+
+    from r3edge.core.config import TeacherGRPOConfig, load_yaml
+    from r3edge.distill.grpo import teacher_grpo
+
+    work, out = Path(args.work), Path(args.out)
+    work.mkdir(parents=True, exist_ok=True)
+    out.mkdir(parents=True, exist_ok=True)
+    cfg = load_yaml(args.config, TeacherGRPOConfig)
+    raw = cfg.model_dump(mode="json")
+    raw["train"]["eval_steps"] = args.eval_steps
+    if args.max_steps is not None:
+        raw["train"]["max_steps"] = args.max_steps
+    cfg_path = work / "grpo.yaml"
+    cfg_path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    per_label = {int(k): int(v) for k, v in (x.split(":") for x in args.probe.split(","))}
+    queries = read_queries(args.pairs)
+    probe = probe_pairs(queries, per_label, cfg.data.seed)
+    probe_path = work / "probe.jsonl"
+    write_queries(probe_path, probe)
+    probe_labels = {str(k): sum(c.label == k for q in probe for c in q.candidates) for k in sorted(per_label)}
+
+    t0 = time.perf_counter()
+    model_dir = teacher_grpo(cfg_path, work / "teacher-grpo", pairs=args.pairs, model=args.teacher_model,
+                             eval_pairs=probe_path)
+    wall = time.perf_counter() - t0
+    report = json.loads((model_dir / "grpo_report.json").read_text())
+    log, ev = report["log"], report["eval_log"]
+    half = len(log) // 2
+    before, after = (ev[0], ev[-1]) if ev else ({}, {})
+    summary = {
+        "steps": report["steps"], "wall_time_s": report["wall_time_s"], "seconds_per_step": report["seconds_per_step"],
+        "total_wall_s": round(wall, 1),
+        "probe_reward_before": before.get("eval_reward"), "probe_reward_after": after.get("eval_reward"),
+        "probe_format_before": before.get("eval_r3a/format_ok"), "probe_format_after": after.get("eval_r3a/format_ok"),
+        "probe_exact_before": before.get("eval_r3a/exact"), "probe_exact_after": after.get("eval_r3a/exact"),
+        "train_reward_first_half": mean([h["reward"] for h in log[:half]]),
+        "train_reward_second_half": mean([h["reward"] for h in log[half:]]),
+    }
+    rose = (summary["probe_reward_after"] or 0) > (summary["probe_reward_before"] or 0)
+    summary["verdict"] = (
+        f"The probe's mean reward {'rose' if rose else 'did not rise'}: {fmt(summary['probe_reward_before'])} → "
+        f"{fmt(summary['probe_reward_after'])} over {report['steps']} steps "
+        f"({report['eval_prompts']} pairs × {cfg.train.num_generations} sampled rollouts per evaluation, so one "
+        f"trajectory moves it by {fmt(1 / max(1, report['eval_prompts'] * cfg.train.num_generations))}).")
+    res = {"command": " ".join(["benchmarks/scripts/teacher_grpo.py", *(argv if argv is not None else sys.argv[1:])]),
+           "machine": machine_info(), "config_name": cfg.name, "config": raw, "teacher_model": args.teacher_model,
+           "probe_labels": probe_labels, "summary": summary, "report": report}
+    (out / "results.json").write_text(json.dumps(res, indent=2) + "\n")
+    (out / "report.md").write_text(report_md(res))
+    plot(res, out / "reward.png")
+    print(summary["verdict"])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
