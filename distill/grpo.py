@@ -40,7 +40,7 @@ import tempfile
 import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
@@ -249,18 +249,24 @@ def grpo_arguments(cfg: TeacherGRPOConfig, output_dir: str, *, max_completion_le
     )
 
 
-def teacher_grpo(config: str | Path | TeacherGRPOConfig, out_dir: str | Path, *, pairs: str | Path,
-                 model: str | Path | None = None, max_steps: int | None = None, eval_pairs: str | Path | None = None,
-                 log: Callable[..., None] = print) -> Path:
-    """Train the judge of ``config``'s teacher by GRPO on ``pairs``' gold labels; write it to ``out_dir``.
+@dataclass
+class GRPORun:
+    """A GRPO trainer ready to train, with what the report says about it."""
 
-    ``model`` replaces the teacher config's weights (the cold-started judge). ``eval_pairs``: gold
-    pairs whose mean reward (same reward, same sampling, no training) is measured before, during and
-    after training: a fixed set, unlike the training batches. Returns ``out_dir``.
-    """
+    trainer: object
+    teacher: TeacherConfig
+    judge: object
+    prompts: list[Prompt]
+    held: list[Prompt]
+    budgets: dict[str, int]
+    bf16: bool
+
+
+def grpo_trainer(cfg: TeacherGRPOConfig, scratch: str | Path, *, pairs: str | Path, model: str | Path | None = None,
+                 max_steps: int | None = None, eval_pairs: str | Path | None = None,
+                 log: Callable[..., None] = print) -> GRPORun:
+    """TRL's trainer for ``cfg``: prompts, rollouts, reward and arguments (``scratch``: its output dir)."""
     GRPOTrainer = _trainer_class(require("trl", "train"))
-
-    cfg = load_grpo_config(config)
     if max_steps is not None and max_steps < 1:
         raise InvalidInput(f"--max-steps {max_steps} must be at least 1", "omit it to train for the configured steps/epochs")
     _check_batching(cfg)
@@ -283,21 +289,35 @@ def teacher_grpo(config: str | Path | TeacherGRPOConfig, out_dir: str | Path, *,
         reward = R3AReward(judge, by_key, rw.near_miss)
     else:
         reward = RetroReward(judge, by_key, tp.num_generations, rw.alpha, rw.tau)
-    dataset = Dataset.from_list([{"prompt": p.key} for p in prompts])
     bf16 = use_bf16(tp.bf16)
     log(f"grpo: {len(prompts)} prompts ({'pairs' if rw.kind == 'r3a' else 'couples of pairs'}), reward {rw.kind}, "
         f"judge {judge.name}{' (two rounds)' if judge.two_round else ''}, group {tp.num_generations}, "
         f"{tp.prompts_per_step} prompts/step, lr {tp.learning_rate}, beta {tp.beta}, epsilon {tp.epsilon}, "
         f"budgets intent {intent_budget} / verdict {assess_budget} tokens; base {teacher.model.pretrained or 'random init'}")
+    args = grpo_arguments(cfg, str(scratch), max_completion_length=max(intent_budget, assess_budget),
+                          max_steps=max_steps, bf16=bf16, evaluate=bool(held))
+    progress = ProgressCallback("grpo")
+    trainer = GRPOTrainer(model=lm, reward_funcs=[reward], args=args,
+                          train_dataset=Dataset.from_list([{"prompt": p.key} for p in prompts]),
+                          eval_dataset=Dataset.from_list([{"prompt": p.key} for p in held]) if held else None,
+                          processing_class=tokenizer, rollout_func=rollout, callbacks=[progress])
+    progress.extra = lambda: _last_reward(trainer)
+    return GRPORun(trainer, teacher, judge, prompts, held, {"intent": intent_budget, "verdict": assess_budget}, bf16)
 
+
+def teacher_grpo(config: str | Path | TeacherGRPOConfig, out_dir: str | Path, *, pairs: str | Path,
+                 model: str | Path | None = None, max_steps: int | None = None, eval_pairs: str | Path | None = None,
+                 log: Callable[..., None] = print) -> Path:
+    """Train the judge of ``config``'s teacher by GRPO on ``pairs``' gold labels; write it to ``out_dir``.
+
+    ``model`` replaces the teacher config's weights (the cold-started judge). ``eval_pairs``: gold
+    pairs whose mean reward (same reward, same sampling, no training) is measured before, during and
+    after training: a fixed set, unlike the training batches. Returns ``out_dir``.
+    """
+    cfg = load_grpo_config(config)
     with tempfile.TemporaryDirectory(prefix="r3edge-grpo-") as scratch:
-        args = grpo_arguments(cfg, scratch, max_completion_length=max(intent_budget, assess_budget),
-                              max_steps=max_steps, bf16=bf16, evaluate=bool(held))
-        progress = ProgressCallback("grpo")
-        trainer = GRPOTrainer(model=lm, reward_funcs=[reward], args=args, train_dataset=dataset,
-                              eval_dataset=Dataset.from_list([{"prompt": p.key} for p in held]) if held else None,
-                              processing_class=tokenizer, rollout_func=rollout, callbacks=[progress])
-        progress.extra = lambda: _last_reward(trainer)
+        run = grpo_trainer(cfg, scratch, pairs=pairs, model=model, max_steps=max_steps, eval_pairs=eval_pairs, log=log)
+        trainer, teacher, judge = run.trainer, run.teacher, run.judge
         t0 = time.perf_counter()
         trainer.train()
         wall = time.perf_counter() - t0
@@ -315,10 +335,10 @@ def teacher_grpo(config: str | Path | TeacherGRPOConfig, out_dir: str | Path, *,
         "base_model": str(model) if model is not None else teacher.model.pretrained,
         "pairs_file": Path(pairs).name,
         "pairs_sha256": file_sha256(Path(pairs)),
-        "prompts": len(prompts),
+        "prompts": len(run.prompts),
         "rollouts": "two rounds (intent, then verdict)" if judge.two_round else "one round",
-        "budgets": {"intent": intent_budget, "verdict": assess_budget},
-        "bf16": bf16,
+        "budgets": run.budgets,
+        "bf16": run.bf16,
         "device": "cuda" if torch.cuda.is_available() else f"cpu ({torch.get_num_threads()} threads)",
         "vllm": cfg.vllm.model_dump() if cfg.vllm else None,
         "steps": steps,
@@ -326,13 +346,13 @@ def teacher_grpo(config: str | Path | TeacherGRPOConfig, out_dir: str | Path, *,
         "reward_first": history[0]["reward"] if history else None,
         "reward_last": history[-1]["reward"] if history else None,
         "eval_pairs_file": Path(eval_pairs).name if eval_pairs is not None else None,
-        "eval_prompts": len(held),
+        "eval_prompts": len(run.held),
         "eval_log": evals,
         "wall_time_s": round(wall, 2),
         "seconds_per_step": round(wall / max(1, steps), 3),
         "versions": {"torch": torch.__version__, "python": platform.python_version(), "trl": _version("trl")},
     }
-    out = save_hf_model(lm.to(torch_dtype(teacher.model.dtype)), tokenizer, out_dir,
+    out = save_hf_model(lm.to(torch_dtype(teacher.model.dtype)), trainer.processing_class, out_dir,
                         extra_files={REPORT_FILE: json.dumps(report, indent=2) + "\n"})
     log(f"grpo: {steps} steps in {wall:.1f} s ({report['seconds_per_step']} s/step); mean reward "
         f"{_fmt(report['reward_first'])} -> {_fmt(report['reward_last'])}; saved {out}")

