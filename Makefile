@@ -77,8 +77,9 @@ proto: install
 
 # Judges, students and floors on the same requests, bounded (< 10 minutes on 2 cores): the demo's cold-started
 # teacher under R³A and UMBRELA prompts through one vLLM server, the demo's served student variants, BM25, the
-# base encoder by cosine and the first-stage order, on 2 SemEval-2016 CQA dev questions x 50 comments (the demo's
-# held-back requests where ../shared/data is absent). Writes runs/bench/report.md and the plot. Needs `make demo`.
+# base encoder by cosine (all-MiniLM-L6-v2, the demo student's base, with SemEval's query budget) and the
+# first-stage order, on 2 SemEval-2016 CQA dev questions x 50 comments (the demo's held-back requests where
+# ../shared/data is absent). Writes runs/bench/report.md and the plot. Needs `make demo`.
 BENCH_DATA ?= ../shared/data/semeval2016-cqa
 BENCH_ARGS ?= --judges r3a-smollm2,umbrela-smollm2 --judge-requests 2 --requests 4 --concurrency 1,4
 bench: install vllm
@@ -87,7 +88,7 @@ bench: install vllm
 	$(VENV)/bin/r3edge bench $$(if [ -d $(BENCH_DATA) ]; then echo --semeval $(BENCH_DATA) --questions 2 --comments 50; \
 		else echo --pairs runs/demo/heldout.jsonl --max-queries 2; fi) \
 		--teacher-model runs/demo/teacher --vllm $(VLLM_VENV)/bin/python --artifact runs/demo/artifact \
-		--base-student minilm-demo $(BENCH_ARGS) --out runs/bench
+		--base-student minilm-cqa-bi-rank $(BENCH_ARGS) --out runs/bench
 
 clean:
 	rm -rf runs/demo .pytest_cache build

@@ -229,14 +229,18 @@ def test_bench_on_a_semeval_slice(tiny_artifact, tmp_path):
     out = tmp_path / "semeval"
     assert main(["bench", "--semeval", str(SHARED_DATA / "semeval2016-cqa"), "--questions", "2", "--comments", "20",
                  "--judges", str(TINY_TEACHER), "--judge-requests", "2", "--artifact", str(tiny_artifact),
-                 "--variants", "int8", "--requests", "2", "--concurrency", "1", "--out", str(out)]) == 0
+                 "--variants", "int8", "--requests", "2", "--concurrency", "1", "--base-student", "minilm-cqa-bi-rank",
+                 "--out", str(out)]) == 0
     results = json.loads((out / "results.json").read_text())
     assert results["settings"]["n_queries"] == 2 and results["settings"]["n_pairs"] == 40
     kinds = sorted(r["kind"] for r in results["systems"])
     assert kinds == ["floor", "judge", "student"]
     for r in results["systems"]:
         assert r["accuracy"]["vs_gold"]["n"] == 40 and r["accuracy"]["vs_gold"]["ndcg@10"] is not None
-    assert "| system | variant / engine | kind | p50 ms / top-20 |" in (out / "report.md").read_text()
+    report = (out / "report.md").read_text()
+    assert "| system | variant / engine | kind | p50 ms / top-20 |" in report
+    base = results["baselines"]["base_cosine"]
+    assert base["ndcg_queries"] >= 1 and f"| {base['system']} | base encoder, cosine | floor |" in report
 
 
 def test_request_candidates_only_pads_when_asked():

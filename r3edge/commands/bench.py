@@ -135,6 +135,7 @@ def bench(args) -> dict:
 
     from r3edge.benchmarks.systems import bench_systems, hardware_axis, judge_row, teacher_probs
     from r3edge.core.errors import InvalidInput
+    from r3edge.core.scoring import SPEC_DEFAULTS
 
     levels = concurrency_levels(args.concurrency)
     if args.requests < 1 or args.judge_requests < 1 or args.top_k < 0:
@@ -142,6 +143,9 @@ def bench(args) -> dict:
     if not (args.artifact or args.target or args.judges):
         raise InvalidInput("nothing to benchmark", "give --artifact DIR (or --target HOST:PORT) and/or --judges CONFIGS")
     queries, where = read_requests(args)
+    gold = any(c.label is not None for q in queries for c in q.candidates)
+    # the base encoder's floor first: a config that cannot score these queries fails before the long runs
+    base = base_cosine_floor(queries, args.base_student, SPEC_DEFAULTS["label_values"]) if gold and args.base_student else None
     measured = []
     if args.judges:
         from r3edge.distill.judge_rerank import JudgeSpec, measure_judges
@@ -167,11 +171,12 @@ def bench(args) -> dict:
         row = judge_row(m, queries, values, None if k == 0 else teacher,
                         f"server at {m['base_url']}" if remote else local)
         results["systems"].insert(k, row)
-    gold = any(c.label is not None for q in queries for c in q.candidates)
     if gold and not args.no_bm25:
         results["systems"].append(bm25_row(queries, values, local))
-    if gold and args.base_student and results.get("baselines") is not None:
-        results["baselines"]["base_cosine"] = base_cosine_floor(queries, args.base_student, values)
+    if base is not None and results.get("baselines") is not None:
+        if list(values) != list(SPEC_DEFAULTS["label_values"]):  # the students grade on another scale
+            base = base_cosine_floor(queries, args.base_student, values)
+        results["baselines"]["base_cosine"] = base
     results["settings"].update(data=where, judges=args.judges, teacher_model=args.teacher_model,
                                judge_engine=("vllm" if args.vllm else "openai" if args.base_url else "transformers")
                                if args.judges else None,
