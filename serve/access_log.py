@@ -2,21 +2,22 @@
 
 The id is the caller's ``x-request-id`` (gRPC metadata or HTTP header) when it sends one, so a
 request can be followed from the re-rank stage that sent it; otherwise the server makes one. It is
-echoed back (gRPC initial metadata, HTTP response header). Successful requests log at DEBUG, refused
-ones at INFO (one line, never a traceback), r3edge's own failures at ERROR.
+echoed back (gRPC initial metadata, HTTP response header). Successful requests and refusals for load
+log at DEBUG (an overloaded server must not add a log line per refusal; ``r3edge_shed_requests_total``
+counts them), other refused ones at INFO (one line, never a traceback), r3edge's own failures at ERROR.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import os
 import time
-import uuid
 
 log = logging.getLogger("r3edge.serve.access")
 
 REQUEST_ID = "x-request-id"
-_OK = ("OK", "200")
+_OK = ("OK", "200", "RESOURCE_EXHAUSTED", "429")
 _SERVER_FAULT = ("INTERNAL", "UNKNOWN", "500")
 
 
@@ -24,7 +25,7 @@ def request_id(given: str | None) -> str:
     """The caller's id when it is a sane token (printable, at most 128 chars), else a fresh one."""
     if given and len(given) <= 128 and given.isprintable():
         return given
-    return uuid.uuid4().hex[:16]
+    return os.urandom(8).hex()
 
 
 def log_request(rid: str, method: str, code: str, pairs: int, ms: float, detail: str = "") -> None:

@@ -33,7 +33,10 @@ class ServeConfig(BaseModel):
     metrics_port: int | None = Field(None, ge=0, le=65535, description="serve Prometheus /metrics on this port "
                                      "(plain HTTP, no auth; 0 picks a free one)")
     variant: str | None = Field(None, description="model variant in the artifact (fp32, int8, ...); default: the manifest's")
-    threads: int | None = Field(None, ge=1, description="intra-op threads of the runtime; unset: every CPU this process may use")
+    workers: int = Field(1, ge=1, description="batcher threads running micro-batches concurrently on the one runtime "
+                         "(its calls are thread-safe)")
+    threads: int | None = Field(None, ge=1, description="intra-op threads of each worker's runtime calls; unset: the "
+                                "CPUs this process may use, shared among the workers")
     prefix_reuse: bool = Field(True, description="score a causal student's shared prefix (template head + query) once "
                                "per request when the artifact has prefix-reuse graphs (`r3edge export --prefix-reuse`)")
     max_batch_tokens: int | None = Field(None, ge=1, description="padded-token budget of one micro-batch; unset: "

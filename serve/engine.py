@@ -2,12 +2,14 @@
 
 No gRPC or HTTP in here (text-embeddings-inference's split of router and core). A request is
 tokenised on arrival (the scoring contract's :meth:`Scorer.encode_batch`, with the server's overflow
-policy) and its pairs join one queue. A single batcher thread owns the runtime: it forms each
+policy) and its pairs join one queue. A batcher thread forms each
 micro-batch with the contract's own planner (:func:`r3edge.core.scoring.plan_batches`, length-sorted
 under a padded-token budget) over the pairs waiting across requests, always including the oldest
 request's next pair, so pairs of different requests share micro-batches and no request starves. A
 request completes when its last pair returns. With no other traffic a request's micro-batches are
-exactly :func:`score_pairs`'.
+exactly :func:`score_pairs`'. ``workers`` batcher threads (one by default) plan and run micro-batches
+concurrently on the same runtime, whose calls are thread-safe: on a CPU, two single-threaded workers
+keep both cores busy on small micro-batches that one two-threaded call cannot split well.
 
 Admission is by expected wait, not by request count: the engine measures the seconds per token its
 micro-batches take and refuses a request at once (:class:`Overloaded`, with a retry hint) when the
@@ -29,7 +31,7 @@ import os
 import threading
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from types import SimpleNamespace
@@ -151,7 +153,7 @@ class Engine:
 
     def __init__(self, runtime, metrics: ServeMetrics, *, max_batch_tokens: int, max_batch_size: int,
                  max_batch_wait_s: float, max_queue_delay_s: float, max_concurrent_requests: int,
-                 max_candidates: int, overflow: Overflow, prefix_reuse: bool = True):
+                 max_candidates: int, overflow: Overflow, prefix_reuse: bool = True, workers: int = 1):
         self.runtime = runtime
         self.scorer = runtime.scorer
         self.metrics = metrics
@@ -162,26 +164,29 @@ class Engine:
         self.max_concurrent_requests = max_concurrent_requests
         self.max_candidates = max_candidates
         self.overflow = overflow
+        self.workers = max(1, int(workers))
         self.prefix = getattr(runtime, "prefix", None) if prefix_reuse else None
         self._cond = threading.Condition()
         self._queue: deque[_Job] = deque()   # jobs with pending pairs, oldest first
         self._queued_pairs = 0
         self._queued_tokens = 0
-        self._inflight_tokens = 0
+        self._inflight_tokens = 0       # tokens of the micro-batches the workers run now
         self._stopping = False
         # event-loop-thread state: admitted requests and the tokens reserved for those still tokenising
         self._admitted = 0
         self._reserved_tokens = 0
-        self.s_per_token = 0.0          # seconds per token of recent micro-batches (EMA; see _run_batch)
+        self.s_per_token = 0.0          # one worker's seconds per token of recent micro-batches (EMA; see _run_batch)
         self.pair_tokens = float(self.scorer.fixed_tokens + self.scorer.spec.max_query_tokens)  # EMA of a pair's length
         self._tokenizer_pool = ThreadPoolExecutor(1, thread_name_prefix="r3edge-tokenize", initializer=lower_priority)
-        self._thread = threading.Thread(target=self._run, name="r3edge-batcher", daemon=True)
+        self._threads = [threading.Thread(target=self._run, name=f"r3edge-batcher-{k}", daemon=True)
+                         for k in range(self.workers)]
 
     # -- lifecycle ----------------------------------------------------------------------------
     def start(self) -> None:
         """Warm the runtime up (its first calls allocate) and measure the token rate, then start batching."""
         self._warm_up()
-        self._thread.start()
+        for thread in self._threads:
+            thread.start()
 
     def _warm_up(self) -> None:
         # a budget's worth of pairs of ~40 tokens, the length of a forum post's first lines; the
@@ -209,20 +214,25 @@ class Engine:
             self._cond.notify_all()
         for job in left:
             self._settle(job, Unavailable("server is shutting down", "retry on another replica"))
-        if self._thread.is_alive():
-            self._thread.join(timeout)
+        for thread in self._threads:
+            if thread.is_alive():
+                thread.join(timeout)
         self._tokenizer_pool.shutdown(wait=False, cancel_futures=True)
         self._update_gauges()
 
     @property
     def token_rate(self) -> float:
-        """Tokens per second the engine plans admission with."""
-        return 1.0 / max(self.s_per_token, 1e-12)
+        """Tokens per second the engine plans admission with (all workers together)."""
+        return self.workers / max(self.s_per_token, 1e-12)
+
+    def seconds_for(self, tokens: float) -> float:
+        """Seconds the workers together take for ``tokens`` at the measured rate."""
+        return tokens * self.s_per_token / self.workers
 
     # -- admission and the request's life (event loop thread) --------------------------------
     def expected_wait_s(self) -> float:
         """Seconds until the work queued now has drained, at the measured rate."""
-        return (self._queued_tokens + self._inflight_tokens + self._reserved_tokens) * self.s_per_token
+        return self.seconds_for(self._queued_tokens + self._inflight_tokens + self._reserved_tokens)
 
     def _admit(self, n_pairs: int, deadline: float | None) -> float:
         """Refuse at once when the queue could not take this request in time; else reserve its tokens."""
@@ -241,7 +251,7 @@ class Engine:
                              f"{self.max_queue_delay_s:g}", "retry after the push-back the server sent",
                              retry_after_s=max(MIN_RETRY_AFTER_S, wait - self.max_queue_delay_s))
         if deadline is not None:
-            finish = time.monotonic() + wait + own * self.s_per_token
+            finish = time.monotonic() + wait + self.seconds_for(own)
             if finish > deadline:
                 self._shed("deadline")
                 raise Overloaded(f"the request could not finish before its deadline (~{finish - deadline:.2f} s late "
@@ -252,7 +262,7 @@ class Engine:
         return own
 
     def _shed(self, reason: str) -> None:
-        self.metrics.shed.labels(reason).inc()
+        self.metrics.observe_shed(reason)
 
     def check(self, query: str, n_docs: int, docs_field: str) -> None:
         """The checks every front door shares: a query to rank against, and 1 to ``max_candidates`` documents."""
@@ -266,8 +276,14 @@ class Engine:
                                "split the request, or start the server with a larger --max-candidates", field=docs_field)
 
     async def score(self, query: str, docs: Sequence[str], *, deadline: float | None = None,
-                    docs_field: str = "documents", text_field: str = "") -> Scored:
+                    docs_field: str = "documents", text_field: str = "",
+                    validate: Callable[[], None] | None = None) -> Scored:
         """Score ``docs`` against ``query`` through the shared queue.
+
+        Only ``len(docs)`` is read before admission: the texts are read, and ``validate`` (the front
+        door's checks that read every document, e.g. unique ids) runs, in the tokenizer thread once
+        the request is admitted, so a refusal costs no per-document work on the event loop and a lazy
+        sequence over a request message is never materialised for a refused request.
 
         ``deadline`` is a ``time.monotonic()`` time. Raises :class:`InvalidInput` for a request
         :meth:`check` refuses or input the overflow policy rejects (the i-th document named
@@ -284,7 +300,8 @@ class Engine:
         try:
             try:
                 t = time.perf_counter()
-                encoded = await loop.run_in_executor(self._tokenizer_pool, self._encode, query, list(docs), doc_field)
+                encoded = await loop.run_in_executor(self._tokenizer_pool, self._encode, query, docs, doc_field,
+                                                     validate)
                 tokenize_s = time.perf_counter() - t
             finally:
                 self._reserved_tokens -= reserved
@@ -304,7 +321,11 @@ class Engine:
             self._update_gauges()
         return self._scored(job, logits)
 
-    def _encode(self, query: str, docs: list[str], doc_field: str) -> list[Encoded]:
+    def _encode(self, query: str, docs: Sequence[str], doc_field: str,
+                validate: Callable[[], None] | None) -> list[Encoded]:
+        if validate is not None:
+            validate()
+        docs = list(docs)
         return self.scorer.encode_batch([query] * len(docs), docs, query_overflow=self.overflow,
                                         doc_overflow=self.overflow, doc_field=doc_field)
 
@@ -391,6 +412,8 @@ class Engine:
                 if not self._queue:
                     continue
                 batch = self._next_batch_locked()
+                if self._queue:  # pairs left: another worker may take the next micro-batch now
+                    self._cond.notify()
             try:
                 self._run_batch(batch)
             except Exception:  # never let the batcher die: _run_batch settles its jobs itself
@@ -419,7 +442,7 @@ class Engine:
         head = self._queue[0]
         if self.prefix is not None:
             self._unqueue_locked(head)
-            self._inflight_tokens = sum(head.lengths)
+            self._inflight_tokens += sum(head.lengths)
             return head
         window: list[tuple[_Job, int]] = []
         for job in self._queue:
@@ -439,12 +462,14 @@ class Engine:
             self._queued_tokens -= tokens
             if not job.pending:
                 self._queue.remove(job)
-        self._inflight_tokens = sum(j.lengths[i] for j, i in chosen)
+        self._inflight_tokens += sum(j.lengths[i] for j, i in chosen)
         return chosen
 
     def _run_batch(self, batch: list[tuple[_Job, int]] | _Job) -> None:
         start = time.perf_counter()
         jobs = [batch] if isinstance(batch, _Job) else list(dict.fromkeys(j for j, _ in batch))  # distinct, in order
+        # the tokens _next_batch_locked counted in flight for this micro-batch
+        real = sum(batch.lengths) if isinstance(batch, _Job) else sum(j.lengths[i] for j, i in batch)
         for job in jobs:
             if job.t_first is None:
                 job.t_first = start
@@ -469,7 +494,7 @@ class Engine:
                 for job in jobs:
                     self._unqueue_locked(job)
                     job.remaining = 0
-                self._inflight_tokens = 0
+                self._inflight_tokens -= real
             for job in jobs:
                 self._settle(job, err)
             return
@@ -477,8 +502,7 @@ class Engine:
         dt, infer_s = end - start, end - t_infer  # the rate counts collation too; inference_ms does not
         done = []
         with self._cond:
-            real = self._inflight_tokens
-            self._inflight_tokens = 0
+            self._inflight_tokens -= real
             # averaged as seconds per token, not tokens per second: a wait is tokens x s/token, and a
             # mean of rates would take many batches to notice a 100x slow-down
             self.s_per_token += RATE_EMA * (dt / max(real, 1) - self.s_per_token)

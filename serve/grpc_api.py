@@ -14,6 +14,7 @@ import json
 import logging
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -149,18 +150,25 @@ class RerankerService:
 
     # -- request checks (what the engine cannot know: ids, top_k; Engine.check does the rest) ---
     @staticmethod
-    def _check_rerank(req) -> None:
+    def _check_top_k(req) -> None:
         if req.top_k < 0:
             raise InvalidInput(f"top_k is {req.top_k}: use 0 for all candidates or a positive number", field="top_k")
+
+    @staticmethod
+    def _check_ids(cands) -> None:
+        """Every candidate has an id, and no two the same (run by the engine after admission)."""
+        ids = [c.id for c in cands]
+        if all(ids) and len(set(ids)) == len(ids):
+            return
         seen: dict[str, int] = {}
-        for i, c in enumerate(req.candidates):
-            if not c.id:
+        for i, cid in enumerate(ids):
+            if not cid:
                 raise InvalidInput(f"candidates[{i}].id is empty", "give every candidate a unique id",
                                    field=f"candidates[{i}].id")
-            if c.id in seen:
-                raise InvalidInput(f"candidates[{i}].id {c.id!r} duplicates candidates[{seen[c.id]}].id",
+            if cid in seen:
+                raise InvalidInput(f"candidates[{i}].id {cid!r} duplicates candidates[{seen[cid]}].id",
                                    "give every candidate a unique id", field=f"candidates[{i}].id")
-            seen[c.id] = i
+            seen[cid] = i
 
     @staticmethod
     def _deadline(context) -> float | None:
@@ -176,10 +184,10 @@ class RerankerService:
     # -- the RPC bodies ------------------------------------------------------------------------
     async def _rerank(self, request, context):
         engine = self._ready()
-        self._check_rerank(request)
+        self._check_top_k(request)
         cands = request.candidates
-        s = await engine.score(request.query, [c.text for c in cands], deadline=self._deadline(context),
-                               docs_field="candidates", text_field=".text")
+        s = await engine.score(request.query, _CandidateTexts(cands), deadline=self._deadline(context),
+                               docs_field="candidates", text_field=".text", validate=lambda: self._check_ids(cands))
         order = sorted(range(len(cands)), key=lambda i: (-s.scores[i], i))
         if request.top_k:
             order = order[: request.top_k]
@@ -190,7 +198,7 @@ class RerankerService:
 
     async def _score_pairs(self, request, context):
         engine = self._ready()
-        s = await engine.score(request.query, list(request.documents), deadline=self._deadline(context))
+        s = await engine.score(request.query, request.documents, deadline=self._deadline(context))
         scores = [pb2.PairScore(score=float(s.scores[i]), label_probs=s.probs[i].tolist(), truncated=bool(s.truncated[i]))
                   for i in range(len(s.scores))]
         return pb2.ScorePairsResponse(scores=scores, model=self.model_name, timing=self._timing(s),
@@ -210,10 +218,26 @@ class RerankerService:
             limits=pb2.Limits(max_candidates=cfg.max_candidates, max_batch_tokens=engine.max_batch_tokens,
                               max_batch_size=cfg.max_batch_size, max_concurrent_requests=cfg.max_concurrent_requests,
                               max_queue_delay_ms=cfg.max_queue_delay_s * 1e3, max_batch_wait_ms=cfg.max_batch_wait_s * 1e3,
-                              truncation=cfg.truncation),
+                              truncation=cfg.truncation, workers=engine.workers),
             torch_loaded="torch" in sys.modules,
             runtime_info_json=json.dumps(info, default=str),
         )
+
+
+class _CandidateTexts(Sequence[str]):
+    """A Rerank request's candidate texts, read only when the engine tokenises them (see Engine.score)."""
+
+    def __init__(self, candidates):
+        self._candidates = candidates
+
+    def __len__(self) -> int:
+        return len(self._candidates)
+
+    def __getitem__(self, i):
+        return self._candidates[i].text
+
+    def __iter__(self):
+        return (c.text for c in self._candidates)
 
 
 def _pairs_in(request) -> int:

@@ -48,10 +48,24 @@ class ServeMetrics:
                                      ("reason",), registry=r)
         self.truncated = Counter("r3edge_truncated", "Inputs cut to the scoring contract's budget, by part (query, document)",
                                  ("part",), registry=r)
+        self._request_children: dict[tuple[str, str], tuple] = {}
+        self._shed_children: dict[str, object] = {}
 
     def observe_request(self, method: str, code: str, pairs: int) -> None:
-        self.requests.labels(method, code).inc()
-        self.pairs.labels(method, code).inc(pairs)
+        # the labelled children are looked up once per (method, code): ``labels()`` takes a lock and
+        # validates its arguments, which every refusal of an overload burst would pay again
+        children = self._request_children.get((method, code))
+        if children is None:
+            children = self._request_children[method, code] = (self.requests.labels(method, code),
+                                                                self.pairs.labels(method, code))
+        children[0].inc()
+        children[1].inc(pairs)
+
+    def observe_shed(self, reason: str) -> None:
+        child = self._shed_children.get(reason)
+        if child is None:
+            child = self._shed_children[reason] = self.shed.labels(reason)
+        child.inc()
 
     def exposition(self) -> tuple[bytes, str]:
         """The text exposition format and its content type (what ``/metrics`` answers)."""

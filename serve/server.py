@@ -44,9 +44,9 @@ def machine_threads() -> int:
 
 def load_runtime_for(cfg: ServeConfig) -> Runtime:
     """The artifact's runtime for the configured variant, ONNX Runtime or OpenVINO as its manifest
-    says (the server never runs torch); its threads default to the machine's, since one batcher
-    thread owns it."""
-    return open_runtime(cfg.artifact, variant=cfg.variant, threads=cfg.threads or machine_threads(),
+    says (the server never runs torch); its threads default to the machine's CPUs shared among the
+    engine's workers."""
+    return open_runtime(cfg.artifact, variant=cfg.variant, threads=cfg.threads or max(1, machine_threads() // cfg.workers),
                         prefix_reuse=cfg.prefix_reuse)
 
 
@@ -113,7 +113,7 @@ class RerankServer:
                                 max_batch_size=cfg.max_batch_size, max_batch_wait_s=cfg.max_batch_wait_s,
                                 max_queue_delay_s=cfg.max_queue_delay_s,
                                 max_concurrent_requests=cfg.max_concurrent_requests, max_candidates=cfg.max_candidates,
-                                overflow=cfg.truncation, prefix_reuse=cfg.prefix_reuse)
+                                overflow=cfg.truncation, prefix_reuse=cfg.prefix_reuse, workers=cfg.workers)
                 await loop.run_in_executor(loader, engine.start)
         except BaseException:
             await self._close_ports()  # never leave a bound port that can only say NOT_SERVING

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import signal
@@ -307,9 +308,11 @@ def test_expired_deadline_drops_the_queued_pairs_and_server_stays_healthy(tiny_a
 
 def test_request_whose_deadline_passes_in_the_queue_is_never_scored(tiny_artifact):
     """Behind a busy request, a request whose deadline passes is dropped from the queue before any of
-    its pairs runs (admitted: the rate the engine plans with was measured before the slow-down)."""
-    busy_n, late_n = 8, 3
-    with slow_server(tiny_artifact) as (_, c, runtime, metrics):
+    its pairs runs (admitted: the rate the engine plans with was measured before the slow-down; the
+    busy request's first micro-batch takes 4 s, so the late one arrives before that rate changes even
+    on a loaded machine)."""
+    busy_n, late_n = 4, 3
+    with slow_server(tiny_artifact, delay_s=4.0) as (_, c, runtime, metrics):
         busy = c.stub.Rerank.future(rerank_request(busy_n), timeout=300)
         assert runtime.started.wait(120), "the busy request reached the runtime"
         with pytest.raises(grpc.RpcError) as err:
@@ -364,9 +367,9 @@ def test_timing_splits_queue_tokenize_and_inference(tiny_artifact):
     collate_s = 1.0
 
     class SlowCollate(Scorer):  # the same scorer, whose collation takes a known second per micro-batch
-        def collate_ids(self, rows):
+        def collate_ids(self, rows, width=None):
             time.sleep(collate_s)
-            return super().collate_ids(rows)
+            return super().collate_ids(rows, width)
 
     from r3edge.serve.config import ServeConfig
     from r3edge.serve.server import BackgroundServer, load_runtime_for
@@ -407,6 +410,90 @@ def test_requests_share_micro_batches(tiny_artifact):
                  and dict(labels)["le"] == "1.0")
     total = metric(hist, "r3edge_batch_requests_count")
     assert total > shared, "some micro-batch held pairs of more than one request"
+
+
+class OverlapRuntime(SlowRuntime):
+    """A :class:`SlowRuntime` that records how many micro-batches ran at the same time at most."""
+
+    def __init__(self, runtime, delay_s: float):
+        super().__init__(runtime, delay_s)
+        self._lock = threading.Lock()
+        self.running = self.most_running = 0
+        slow = self.label_logits
+
+        def counted(*args):
+            with self._lock:
+                self.running += 1
+                self.most_running = max(self.most_running, self.running)
+            try:
+                return slow(*args)
+            finally:
+                with self._lock:
+                    self.running -= 1
+        self.label_logits = counted
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_workers_run_micro_batches_concurrently_with_the_same_scores(tiny_artifact, workers):
+    """``--workers 2``: two micro-batches run on the runtime at once (one worker: never), ModelInfo says
+    how many workers there are, and the ranking still equals direct scoring."""
+    from r3edge.api.client import RerankerClient
+    from r3edge.serve.config import ServeConfig
+    from r3edge.serve.server import BackgroundServer, load_runtime_for
+
+    cfg = ServeConfig(artifact=str(tiny_artifact), port=0, max_batch_tokens=512, max_batch_size=4, workers=workers)
+    runtime = OverlapRuntime(load_runtime_for(cfg), 0.05)
+    docs = candidates(24)
+    with BackgroundServer(cfg, runtime=runtime) as srv, RerankerClient(srv.target, timeout=300) as c:
+        c.wait_ready(60)
+        runtime.armed = True
+        got = {r.id: r.score for r in c.rerank(QUERY, docs, top_k=0)}
+        info = c.model_info()
+    assert runtime.most_running == workers
+    assert info.limits.workers == workers
+    _, want = direct(runtime, QUERY, [t for _, t in docs], cfg)
+    np.testing.assert_allclose([got[i] for i, _ in docs], want, atol=1e-5)
+
+
+def test_a_refused_request_costs_no_per_document_work(tiny_artifact):
+    """Admission comes first: a request refused for load has none of its documents read and its
+    per-document checks (``validate``) never run, so an overload burst is answered without touching
+    the candidates; an admitted request has both."""
+    from collections.abc import Sequence
+
+    from r3edge.core.errors import Overloaded
+    from r3edge.serve.config import ServeConfig
+    from r3edge.serve.engine import Engine
+    from r3edge.serve.metrics import ServeMetrics
+    from r3edge.serve.server import load_runtime_for
+
+    class Docs(Sequence):
+        reads = 0
+
+        def __len__(self):
+            return 3
+
+        def __getitem__(self, i):
+            if not 0 <= i < 3:
+                raise IndexError(i)
+            Docs.reads += 1
+            return TEXTS[i]
+
+    checks = []
+    cfg = ServeConfig(artifact=str(tiny_artifact), port=0)
+    engine = Engine(load_runtime_for(cfg), ServeMetrics(), max_batch_tokens=512, max_batch_size=8, max_batch_wait_s=0,
+                    max_queue_delay_s=1.0, max_concurrent_requests=8, max_candidates=10, overflow="truncate")
+    engine.start()
+    try:
+        engine._reserved_tokens = 10 * engine.token_rate  # ~10 s of work ahead of the next request
+        with pytest.raises(Overloaded):
+            asyncio.run(engine.score(QUERY, Docs(), validate=lambda: checks.append(1)))
+        assert Docs.reads == 0 and not checks
+        engine._reserved_tokens = 0
+        scored = asyncio.run(engine.score(QUERY, Docs(), validate=lambda: checks.append(1)))
+        assert Docs.reads == 3 and checks == [1] and len(scored.scores) == 3
+    finally:
+        engine.stop()
 
 
 def test_overload_sheds_with_resource_exhausted(tiny_artifact):

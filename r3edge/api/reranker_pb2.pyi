@@ -101,7 +101,7 @@ class ModelInfoRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class Limits(_message.Message):
-    __slots__ = ("max_candidates", "max_batch_tokens", "max_batch_size", "max_concurrent_requests", "max_queue_delay_ms", "max_batch_wait_ms", "truncation")
+    __slots__ = ("max_candidates", "max_batch_tokens", "max_batch_size", "max_concurrent_requests", "max_queue_delay_ms", "max_batch_wait_ms", "truncation", "workers")
     MAX_CANDIDATES_FIELD_NUMBER: _ClassVar[int]
     MAX_BATCH_TOKENS_FIELD_NUMBER: _ClassVar[int]
     MAX_BATCH_SIZE_FIELD_NUMBER: _ClassVar[int]
@@ -109,6 +109,7 @@ class Limits(_message.Message):
     MAX_QUEUE_DELAY_MS_FIELD_NUMBER: _ClassVar[int]
     MAX_BATCH_WAIT_MS_FIELD_NUMBER: _ClassVar[int]
     TRUNCATION_FIELD_NUMBER: _ClassVar[int]
+    WORKERS_FIELD_NUMBER: _ClassVar[int]
     max_candidates: int
     max_batch_tokens: int
     max_batch_size: int
@@ -116,7 +117,8 @@ class Limits(_message.Message):
     max_queue_delay_ms: float
     max_batch_wait_ms: float
     truncation: str
-    def __init__(self, max_candidates: _Optional[int] = ..., max_batch_tokens: _Optional[int] = ..., max_batch_size: _Optional[int] = ..., max_concurrent_requests: _Optional[int] = ..., max_queue_delay_ms: _Optional[float] = ..., max_batch_wait_ms: _Optional[float] = ..., truncation: _Optional[str] = ...) -> None: ...
+    workers: int
+    def __init__(self, max_candidates: _Optional[int] = ..., max_batch_tokens: _Optional[int] = ..., max_batch_size: _Optional[int] = ..., max_concurrent_requests: _Optional[int] = ..., max_queue_delay_ms: _Optional[float] = ..., max_batch_wait_ms: _Optional[float] = ..., truncation: _Optional[str] = ..., workers: _Optional[int] = ...) -> None: ...
 
 class ModelInfoResponse(_message.Message):
     __slots__ = ("artifact", "variant", "runtime", "label_tokens", "label_values", "max_query_tokens", "max_doc_tokens", "max_total_tokens", "scorer_fingerprint", "limits", "torch_loaded", "runtime_info_json")
