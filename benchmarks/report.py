@@ -244,7 +244,7 @@ def plot(results: dict, path: Path) -> Path | None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from matplotlib.ticker import LogLocator, NullFormatter, ScalarFormatter
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
     rows = table_rows(results)
     axes = axes_of(rows)
@@ -274,7 +274,7 @@ def plot(results: dict, path: Path) -> Path | None:
             xs = [x for x, _, _, _ in pts]
             ax.set_xlim(min(xs) / 2, max(xs) * 2)
         ax.xaxis.set_major_locator(LogLocator(base=10))
-        ax.xaxis.set_major_formatter(ScalarFormatter())
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))  # 0.01, not 0.0
         ax.xaxis.set_minor_formatter(NullFormatter())
         ax.set_ylim(0, 1.0)  # the full scale: a zoomed axis would exaggerate small differences
         ax.set_xlabel(f"p50 seconds per {request_size(results)} request (log)")
@@ -299,7 +299,7 @@ def plot(results: dict, path: Path) -> Path | None:
     fig.suptitle("latency vs nDCG@10 (one panel per hardware; squares judges, circles students, triangles floors)",
                  fontsize=10)
     fig.subplots_adjust(left=0.07, right=0.62, top=0.9 if len(panels) == 1 else 0.94, bottom=0.1, hspace=0.35)
-    fig.savefig(path, dpi=120)
+    fig.savefig(path, dpi=120, bbox_inches="tight")  # the label column may reach past the figure's right edge
     plt.close(fig)
     return path
 
