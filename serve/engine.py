@@ -442,7 +442,7 @@ class Engine:
         head = self._queue[0]
         if self.prefix is not None:
             self._unqueue_locked(head)
-            self._inflight_tokens += sum(head.lengths)
+            self._inflight_tokens += self._batch_tokens(head)
             return head
         window: list[tuple[_Job, int]] = []
         for job in self._queue:
@@ -462,14 +462,18 @@ class Engine:
             self._queued_tokens -= tokens
             if not job.pending:
                 self._queue.remove(job)
-        self._inflight_tokens += sum(j.lengths[i] for j, i in chosen)
+        self._inflight_tokens += self._batch_tokens(chosen)
         return chosen
+
+    @staticmethod
+    def _batch_tokens(batch: list[tuple[_Job, int]] | _Job) -> int:
+        """Tokens of a micro-batch (or a whole job), as counted in flight while it runs."""
+        return sum(batch.lengths) if isinstance(batch, _Job) else sum(j.lengths[i] for j, i in batch)
 
     def _run_batch(self, batch: list[tuple[_Job, int]] | _Job) -> None:
         start = time.perf_counter()
         jobs = [batch] if isinstance(batch, _Job) else list(dict.fromkeys(j for j, _ in batch))  # distinct, in order
-        # the tokens _next_batch_locked counted in flight for this micro-batch
-        real = sum(batch.lengths) if isinstance(batch, _Job) else sum(j.lengths[i] for j, i in batch)
+        real = self._batch_tokens(batch)  # what _next_batch_locked counted in flight
         for job in jobs:
             if job.t_first is None:
                 job.t_first = start

@@ -48,24 +48,22 @@ class ServeMetrics:
                                      ("reason",), registry=r)
         self.truncated = Counter("r3edge_truncated", "Inputs cut to the scoring contract's budget, by part (query, document)",
                                  ("part",), registry=r)
-        self._request_children: dict[tuple[str, str], tuple] = {}
-        self._shed_children: dict[str, object] = {}
+        self._children: dict[tuple, object] = {}
+
+    def _child(self, metric, *labels):
+        # each labelled child is looked up once: ``labels()`` takes a lock and validates its
+        # arguments, which every refusal of an overload burst would pay again
+        child = self._children.get((metric, labels))
+        if child is None:
+            child = self._children[metric, labels] = metric.labels(*labels)
+        return child
 
     def observe_request(self, method: str, code: str, pairs: int) -> None:
-        # the labelled children are looked up once per (method, code): ``labels()`` takes a lock and
-        # validates its arguments, which every refusal of an overload burst would pay again
-        children = self._request_children.get((method, code))
-        if children is None:
-            children = self._request_children[method, code] = (self.requests.labels(method, code),
-                                                                self.pairs.labels(method, code))
-        children[0].inc()
-        children[1].inc(pairs)
+        self._child(self.requests, method, code).inc()
+        self._child(self.pairs, method, code).inc(pairs)
 
     def observe_shed(self, reason: str) -> None:
-        child = self._shed_children.get(reason)
-        if child is None:
-            child = self._shed_children[reason] = self.shed.labels(reason)
-        child.inc()
+        self._child(self.shed, reason).inc()
 
     def exposition(self) -> tuple[bytes, str]:
         """The text exposition format and its content type (what ``/metrics`` answers)."""
