@@ -33,8 +33,8 @@ class ServeConfig(BaseModel):
     metrics_port: int | None = Field(None, ge=0, le=65535, description="serve Prometheus /metrics on this port "
                                      "(plain HTTP, no auth; 0 picks a free one)")
     variant: str | None = Field(None, description="model variant in the artifact (fp32, int8, ...); default: the manifest's")
-    workers: int = Field(1, ge=1, description="batcher threads running micro-batches concurrently on the one runtime "
-                         "(its calls are thread-safe)")
+    workers: int | None = Field(None, ge=1, description="batcher threads running micro-batches concurrently on the one "
+                                "runtime (its calls are thread-safe); unset: 2, or 1 on a one-CPU machine")
     threads: int | None = Field(None, ge=1, description="intra-op threads of each worker's runtime calls; unset: the "
                                 "CPUs this process may use, shared among the workers")
     prefix_reuse: bool = Field(True, description="score a causal student's shared prefix (template head + query) once "

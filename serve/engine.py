@@ -7,7 +7,7 @@ micro-batch with the contract's own planner (:func:`r3edge.core.scoring.plan_bat
 under a padded-token budget) over the pairs waiting across requests, always including the oldest
 request's next pair, so pairs of different requests share micro-batches and no request starves. A
 request completes when its last pair returns. With no other traffic a request's micro-batches are
-exactly :func:`score_pairs`'. ``workers`` batcher threads (one by default) plan and run micro-batches
+exactly :func:`score_pairs`'. ``workers`` batcher threads plan and run micro-batches
 concurrently on the same runtime, whose calls are thread-safe: on a CPU, two single-threaded workers
 keep both cores busy on small micro-batches that one two-threaded call cannot split well.
 
@@ -189,20 +189,35 @@ class Engine:
             thread.start()
 
     def _warm_up(self) -> None:
-        # a budget's worth of pairs of ~40 tokens, the length of a forum post's first lines; the
-        # rate adapts to the real traffic from the first micro-batch on
+        """Allocate what serving needs before the server says SERVING, then measure the token rate.
+
+        Every worker runs a budget's worth of the longest pairs the contract admits at once (the
+        runtime's buffers for concurrent micro-batches of the largest shape are allocated now, as
+        text-embeddings-inference's warm-up does, not by the first burst of traffic); then pairs of
+        ~40 tokens, the length of a forum post's first lines, time the rate, which adapts to the real
+        traffic from the first micro-batch on."""
+        spec = self.scorer.spec
+        longest = self.scorer.encode_batch(["warm " * spec.max_query_tokens], ["up " * spec.max_total_tokens],
+                                           query_overflow="truncate")[0]
+        with ThreadPoolExecutor(self.workers, thread_name_prefix="r3edge-warm-up") as pool:
+            list(pool.map(lambda _: self._warm_batch(longest), range(self.workers)))
         pair = self.scorer.encode_batch(["warm up the runtime"], ["word " * 24], query_overflow="truncate")[0]
-        n = max(1, min(self.max_batch_size, self.max_batch_tokens // len(pair.input_ids)))
         for _ in range(3):  # the last call is the steady state
             t = time.perf_counter()
-            if self.prefix is not None:  # through the graphs that will serve (the single graph stays closed)
-                score_encoded(self.scorer, None, [pair] * n, max_batch_tokens=self.max_batch_tokens,
-                              max_batch_size=self.max_batch_size, prefix=self.prefix)
-            else:
-                self.runtime.label_logits(*self.scorer.collate([pair] * n))
+            n = self._warm_batch(pair)
             dt = time.perf_counter() - t
         self.s_per_token = dt / float(n * len(pair.input_ids))
         self.metrics.token_rate.set(self.token_rate)
+
+    def _warm_batch(self, pair: Encoded) -> int:
+        """Score a budget's worth of copies of ``pair`` through the graphs that will serve; how many."""
+        n = max(1, min(self.max_batch_size, self.max_batch_tokens // len(pair.input_ids)))
+        if self.prefix is not None:  # the single graph stays closed
+            score_encoded(self.scorer, None, [pair] * n, max_batch_tokens=self.max_batch_tokens,
+                          max_batch_size=self.max_batch_size, prefix=self.prefix)
+        else:
+            self.runtime.label_logits(*self.scorer.collate([pair] * n))
+        return n
 
     def stop(self, timeout: float = 30.0) -> None:
         """Stop batching; requests still queued fail with UNAVAILABLE (a server drains first)."""

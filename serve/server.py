@@ -42,11 +42,23 @@ def machine_threads() -> int:
         return os.cpu_count() or 1
 
 
+#: Batcher threads when ``--workers`` is unset. On 2 CPU cores two single-threaded workers served 16
+#: clients' top-10s at 1.72x the pairs/s of the per-request server and a lone top-100 in 0.72x its
+#: time, where one two-threaded worker gave 1.35x: small micro-batches split badly over two threads
+#: (benchmarks/results/serving-cpu-2core).
+DEFAULT_WORKERS = 2
+
+
+def workers_for(cfg: ServeConfig) -> int:
+    """The configured workers, or :data:`DEFAULT_WORKERS` (never more than the CPUs this process may use)."""
+    return cfg.workers or max(1, min(DEFAULT_WORKERS, machine_threads()))
+
+
 def load_runtime_for(cfg: ServeConfig) -> Runtime:
     """The artifact's runtime for the configured variant, ONNX Runtime or OpenVINO as its manifest
     says (the server never runs torch); its threads default to the machine's CPUs shared among the
     engine's workers."""
-    return open_runtime(cfg.artifact, variant=cfg.variant, threads=cfg.threads or max(1, machine_threads() // cfg.workers),
+    return open_runtime(cfg.artifact, variant=cfg.variant, threads=cfg.threads or max(1, machine_threads() // workers_for(cfg)),
                         prefix_reuse=cfg.prefix_reuse)
 
 
@@ -113,7 +125,7 @@ class RerankServer:
                                 max_batch_size=cfg.max_batch_size, max_batch_wait_s=cfg.max_batch_wait_s,
                                 max_queue_delay_s=cfg.max_queue_delay_s,
                                 max_concurrent_requests=cfg.max_concurrent_requests, max_candidates=cfg.max_candidates,
-                                overflow=cfg.truncation, prefix_reuse=cfg.prefix_reuse, workers=cfg.workers)
+                                overflow=cfg.truncation, prefix_reuse=cfg.prefix_reuse, workers=workers_for(cfg))
                 await loop.run_in_executor(loader, engine.start)
         except BaseException:
             await self._close_ports()  # never leave a bound port that can only say NOT_SERVING

@@ -374,7 +374,8 @@ def test_timing_splits_queue_tokenize_and_inference(tiny_artifact):
     from r3edge.serve.config import ServeConfig
     from r3edge.serve.server import BackgroundServer, load_runtime_for
 
-    cfg = ServeConfig(artifact=str(tiny_artifact), port=0, max_batch_size=1)
+    # one worker: the three micro-batches are collated one after another
+    cfg = ServeConfig(artifact=str(tiny_artifact), port=0, max_batch_size=1, workers=1)
     runtime = load_runtime_for(cfg)
     from r3edge.api.client import RerankerClient
 
@@ -453,6 +454,48 @@ def test_workers_run_micro_batches_concurrently_with_the_same_scores(tiny_artifa
     assert info.limits.workers == workers
     _, want = direct(runtime, QUERY, [t for _, t in docs], cfg)
     np.testing.assert_allclose([got[i] for i, _ in docs], want, atol=1e-5)
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_warm_up_runs_the_longest_pairs_on_every_worker_at_once(tiny_artifact, workers):
+    """Before SERVING, each worker scores a budget of the longest pairs the contract admits, all workers
+    at the same time, so the runtime's buffers for concurrent micro-batches of the largest shape are
+    allocated then and not by the first burst of traffic (which would show as RSS growth under load)."""
+    from r3edge.serve.config import ServeConfig
+    from r3edge.serve.engine import Engine
+    from r3edge.serve.metrics import ServeMetrics
+    from r3edge.serve.server import load_runtime_for
+
+    cfg = ServeConfig(artifact=str(tiny_artifact), port=0, workers=workers)
+    runtime = OverlapRuntime(load_runtime_for(cfg), 0.0)
+    widths = []
+    counted = runtime.label_logits
+
+    def record(*args):
+        widths.append(args[0].shape[1])
+        time.sleep(0.2)  # long enough for the other worker's call to start beside this one
+        return counted(*args)
+    runtime.label_logits = record
+    engine = Engine(runtime, ServeMetrics(), max_batch_tokens=512, max_batch_size=64, max_batch_wait_s=0.0,
+                    max_queue_delay_s=2.0, max_concurrent_requests=8, max_candidates=100, overflow="truncate",
+                    workers=workers)
+    engine._warm_up()
+    spec = runtime.scorer.spec
+    longest = min(spec.max_total_tokens, runtime.scorer.fixed_tokens + spec.max_query_tokens + spec.max_doc_tokens)
+    assert widths[:workers] == [longest] * workers, widths
+    assert runtime.most_running == workers
+    assert engine.s_per_token > 0
+
+
+def test_two_workers_by_default_and_never_more_than_the_cpus(tiny_artifact, monkeypatch):
+    from r3edge.serve import server
+    from r3edge.serve.config import ServeConfig
+
+    cfg = ServeConfig(artifact=str(tiny_artifact))
+    for cpus, want in ((1, 1), (2, 2), (16, 2)):
+        monkeypatch.setattr(server, "machine_threads", lambda cpus=cpus: cpus)
+        assert server.workers_for(cfg) == want
+    assert server.workers_for(cfg.model_copy(update={"workers": 3})) == 3
 
 
 def test_a_refused_request_costs_no_per_document_work(tiny_artifact):
