@@ -34,12 +34,14 @@ CONFIG = "score-only-qwen-coder-1.5b"
 SERVED = "qwen-coder-1.5b"
 
 
-def teacher_yaml(path: Path, hf_dir: Path, backend: str, dtype: str) -> Path:
+def teacher_yaml(path: Path, hf_dir: Path, backend: str, dtype: str, base_url: str | None = None) -> Path:
     from r3edge.core.config import TeacherConfig, load_yaml
 
     cfg = load_yaml(CONFIG, TeacherConfig).model_dump(mode="json", exclude_none=True)
     cfg["model"].update(pretrained=str(hf_dir), dtype=dtype)
     cfg["backend"] = backend
+    if base_url:
+        cfg["base_url"] = base_url
     path.write_text(yaml.safe_dump(cfg, sort_keys=False))
     return path
 
@@ -108,7 +110,7 @@ def run(args) -> dict:
             with vllm_server(args.vllm, hf_dir, served_name=SERVED, log_path=work / "vllm.log",
                              dtype=args.dtype, max_model_len=2048, kv_cache_gib=args.kv_cache_gib) as url:
                 start_s = time.perf_counter() - t0
-                label_pairs(pairs, teacher_yaml(work / "vllm.yaml", hf_dir, "openai", args.dtype), out,
+                label_pairs(pairs, teacher_yaml(work / "vllm.yaml", hf_dir, "openai", args.dtype, url), out,
                             base_url=url, overwrite=True, shard_size=args.shard_size)
         else:
             t0 = time.perf_counter()
