@@ -52,7 +52,7 @@ from r3edge.core.pairs import read_queries
 from r3edge.distill.hf_trainer import ProgressCallback
 from r3edge.distill.judges import get_judge
 from r3edge.distill.rewards import Prompt, R3AReward, RetroReward
-from r3edge.distill.sft import load_base, use_bf16
+from r3edge.distill.sft import freeze_below, load_base, trainable_layer_ids, use_bf16
 from r3edge.distill.teacher import file_sha256, intent_prompt, load_teacher_config, pair_context, verdict_tail
 from r3edge.distill.traces import native_of_gold
 from r3edge.model.loading import save_hf_model, torch_dtype
@@ -231,6 +231,7 @@ def grpo_arguments(cfg: TeacherGRPOConfig, output_dir: str, *, max_completion_le
         num_iterations=tp.num_iterations,
         loss_type=tp.loss_type,
         scale_rewards=tp.scale_rewards,
+        gradient_checkpointing=tp.gradient_checkpointing,
         temperature=tp.temperature,
         top_p=tp.top_p,
         max_completion_length=max_completion_length,
@@ -280,6 +281,9 @@ def grpo_trainer(cfg: TeacherGRPOConfig, scratch: str | Path, *, pairs: str | Pa
 
     torch.manual_seed(tp.seed)
     tokenizer, lm = load_base(teacher.model)
+    top = trainable_layer_ids(lm, tp.trainable_layers)
+    if top is not None:
+        freeze_below(lm, top)
     gen = teacher.generation
     tail = len(tokenizer.encode(verdict_tail(judge, max(judge.native_values)), add_special_tokens=False)) + 1
     assess_budget = gen.assess_max_new_tokens + (tail if judge.score_tokens is not None else 1)
@@ -293,6 +297,7 @@ def grpo_trainer(cfg: TeacherGRPOConfig, scratch: str | Path, *, pairs: str | Pa
     log(f"grpo: {len(prompts)} prompts ({'pairs' if rw.kind == 'r3a' else 'couples of pairs'}), reward {rw.kind}, "
         f"judge {judge.name}{' (two rounds)' if judge.two_round else ''}, group {tp.num_generations}, "
         f"{tp.prompts_per_step} prompts/step, lr {tp.learning_rate}, beta {tp.beta}, epsilon {tp.epsilon}, "
+        f"temperature {tp.temperature}{f', top {tp.trainable_layers} layers trained' if top else ''}, "
         f"budgets intent {intent_budget} / verdict {assess_budget} tokens; base {teacher.model.pretrained or 'random init'}")
     args = grpo_arguments(cfg, str(scratch), max_completion_length=max(intent_budget, assess_budget),
                           max_steps=max_steps, bf16=bf16, evaluate=bool(held))
@@ -348,6 +353,8 @@ def teacher_grpo(config: str | Path | TeacherGRPOConfig, out_dir: str | Path, *,
         "eval_pairs_file": Path(eval_pairs).name if eval_pairs is not None else None,
         "eval_prompts": len(run.held),
         "eval_log": evals,
+        # R³A: every group's rewards by prompt key (eval prompts' keys start with "eval:")
+        "groups": getattr(trainer.reward_funcs[0], "groups", None),
         "wall_time_s": round(wall, 2),
         "seconds_per_step": round(wall / max(1, steps), 3),
         "versions": {"torch": torch.__version__, "python": platform.python_version(), "trl": _version("trl")},

@@ -131,14 +131,20 @@ def _groups(prompts: Sequence[str], size: int) -> list[range]:
 
 
 class R3AReward:
-    """R³A's reward as a TRL reward function: reads the rollout's ``raw_intent`` / ``raw_assessment``."""
+    """R³A's reward as a TRL reward function: reads the rollout's ``raw_intent`` / ``raw_assessment``.
+
+    ``groups`` keeps every call's rewards by prompt, in order: ``{"step", "key", "rewards"}`` per run
+    of consecutive completions of one prompt, ``step`` being the optimizer steps done when it was
+    generated (TRL's ``trainer_state``; None without one). The report shows which prompts were learnt."""
 
     __name__ = "r3a"
 
     def __init__(self, judge, prompts: Mapping[str, Prompt], near_miss: float):
         self.judge, self.prompts, self.near_miss = judge, prompts, near_miss
+        self.groups: list[dict] = []
 
-    def __call__(self, prompts, completions, raw_assessment, raw_intent=None, log_metric=None, **_) -> list[float]:
+    def __call__(self, prompts, completions, raw_assessment, raw_intent=None, log_metric=None, trainer_state=None,
+                 **_) -> list[float]:
         out, n_ok, n_exact = [], 0, 0
         for k, key in enumerate(prompts):
             p = self.prompts[key]
@@ -147,6 +153,12 @@ class R3AReward:
             n_ok += ok
             n_exact += ok and score == p.gold_native
             out.append(r_score(score, p.gold_native, self.near_miss) if ok else 0.0)
+        step = getattr(trainer_state, "global_step", None)
+        for k, key in enumerate(prompts):
+            if k and key == prompts[k - 1]:
+                self.groups[-1]["rewards"].append(out[k])
+            else:
+                self.groups.append({"step": step, "key": key, "rewards": [out[k]]})
         if log_metric is not None:
             log_metric("r3a/format_ok", n_ok / len(out))
             log_metric("r3a/exact", n_exact / len(out))

@@ -145,6 +145,18 @@ def test_r3a_reward_function_reads_the_rollouts_texts_and_logs_format_and_exactn
     assert logged == {"r3a/format_ok": 0.75, "r3a/exact": 0.25}
 
 
+def test_r3a_reward_function_keeps_each_groups_rewards_by_prompt_and_step():
+    from types import SimpleNamespace
+
+    prompts = {"q1/a": _prompt("q1/a"), "eval:q1/a": _prompt("eval:q1/a")}
+    fn = R3AReward(R3A, prompts, near_miss=0.0)
+    fn(prompts=["q1/a", "q1/a"], completions=["x"] * 2, raw_intent=[INTENT] * 2,
+       raw_assessment=[verdict("2"), verdict("1")], trainer_state=SimpleNamespace(global_step=3))
+    fn(prompts=["eval:q1/a"] * 2, completions=["x"] * 2, raw_intent=[INTENT] * 2, raw_assessment=[verdict("2")] * 2)
+    assert fn.groups == [{"step": 3, "key": "q1/a", "rewards": [1.0, 0.0]},
+                         {"step": None, "key": "eval:q1/a", "rewards": [1.0, 1.0]}]
+
+
 def test_retro_reward_function_pairs_each_group_with_its_couple():
     pos, neg = PairContext("q", "relevant doc"), PairContext("q", "other doc")
     prompts = {"0:p": _prompt("0:p", "p", 2, 0, True, pos), "0:n": _prompt("0:n", "n", 0, 0, False, neg),
@@ -329,6 +341,23 @@ def _tiny_teacher(tmp_path, judge="r3a"):
 
 
 @pytest.mark.slow
+def test_trainable_layers_freeze_all_but_the_top_layers_and_checkpointing_is_the_configs(tmp_path):
+    from r3edge.distill.grpo import grpo_trainer
+
+    cfg = TeacherGRPOConfig.model_validate({
+        "name": "t", "teacher": str(_tiny_teacher(tmp_path)),
+        "train": {"num_generations": 2, "prompts_per_step": 1, "trainable_layers": 1, "gradient_checkpointing": False,
+                  "bf16": False}})
+    run = grpo_trainer(cfg, tmp_path / "scratch", pairs=_pairs(tmp_path), log=lambda *a: None)
+    lm = run.trainer.model
+    layers = lm.get_decoder().layers
+    trained = {n for n, w in lm.named_parameters() if w.requires_grad}
+    assert trained and all(n.startswith(f"model.layers.{len(layers) - 1}.") or n.startswith("model.norm.") for n in trained)
+    assert any(n.startswith("model.norm.") for n in trained)
+    assert run.trainer.args.gradient_checkpointing is False
+
+
+@pytest.mark.slow
 def test_retro_batches_hold_whole_couples_in_trls_training_and_eval_order(tmp_path):
     """Retro*'s inter-document reward reads both pairs of a couple from one generation batch: TRL's
     own samplers (training: unshuffled; eval: ours, unshuffled) must deliver whole couples."""
@@ -376,6 +405,8 @@ def test_a_few_grpo_steps_on_a_tiny_teacher_label_through_r3edge_label(tmp_path)
     assert report["steps"] == 2 and report["judge"] == "r3a" and report["rollouts"].startswith("two rounds")
     assert len(report["log"]) == 2 and all("reward" in h and "kl" in h for h in report["log"])
     assert len(report["eval_log"]) == 2   # before the first step and after the last
+    train_groups = [g for g in report["groups"] if not g["key"].startswith("eval:")]
+    assert [g["step"] for g in train_groups] == [0, 0, 1, 1] and all(len(g["rewards"]) == 2 for g in train_groups)
     assert not (tmp_path / "grpo.partial").exists()
 
     cfg_t = load_teacher_config(teacher, model=out)

@@ -62,6 +62,45 @@ def fmt(x, nd=3):
     return "–" if x is None else f"{x:.{nd}f}"
 
 
+def sd(xs):
+    m = mean(xs)
+    return (sum((x - m) ** 2 for x in xs) / (len(xs) - 1)) ** 0.5 if len(xs) > 1 else None
+
+
+def passes(report: dict, prompts_per_step: int) -> dict | None:
+    """The training reward per pass over the prompts, from the report's groups (every rollout's reward
+    by prompt): each pass shows every prompt once, so the first and the last pass compare the same
+    pairs. The paired difference is per prompt (its group mean, last pass minus first), with its
+    standard error over prompts; a pass mean's standard error is over its trajectories."""
+    groups = [g for g in report.get("groups") or [] if not g["key"].startswith("eval:") and g["step"] is not None]
+    if not groups:
+        return None
+    per_pass = -(-report["prompts"] // prompts_per_step)
+    by_pass: dict[int, dict[str, list[float]]] = {}
+    for g in groups:
+        by_pass.setdefault(g["step"] // per_pass, {}).setdefault(g["key"], []).extend(g["rewards"])
+    full = [i for i in sorted(by_pass) if len(by_pass[i]) == report["prompts"]]
+    rows = []
+    for i in sorted(by_pass):
+        rs = [r for v in by_pass[i].values() for r in v]
+        steps = [h for h in report["log"] if (h["step"] - 1) // per_pass == i]
+        zero = [sd(v) == 0 for v in by_pass[i].values() if len(v) > 1]
+        rows.append({"pass": i + 1, "steps": f"{i * per_pass + 1}-{i * per_pass + len(steps)}", "prompts": len(by_pass[i]),
+                     "rollouts": len(rs), "mean_reward": mean(rs), "se": (sd(rs) or 0) / len(rs) ** 0.5,
+                     "format_ok": mean([h.get("r3a/format_ok") for h in steps]),
+                     "exact": mean([h.get("r3a/exact") for h in steps]),
+                     "zero_variance_groups": sum(zero) / len(zero) if zero else None})
+    out = {"steps_per_pass": per_pass, "passes": rows, "complete_passes": [i + 1 for i in full]}
+    if len(full) >= 2:
+        first, last = by_pass[full[0]], by_pass[full[-1]]
+        pairs = {k: {"first": mean(first[k]), "last": mean(last[k])} for k in sorted(first)}
+        diffs = [v["last"] - v["first"] for v in pairs.values()]
+        out |= {"first_pass": full[0] + 1, "last_pass": full[-1] + 1, "per_prompt": pairs,
+                "paired_diff": mean(diffs), "paired_se": (sd(diffs) or 0) / len(diffs) ** 0.5,
+                "prompts_up": sum(d > 0 for d in diffs), "prompts_down": sum(d < 0 for d in diffs)}
+    return out
+
+
 def report_md(res: dict) -> str:
     s, log, ev = res["summary"], res["report"]["log"], res["report"]["eval_log"]
     m = res["machine"]
@@ -77,9 +116,11 @@ def report_md(res: dict) -> str:
         "",
         f"Config `{res['config_name']}`: reward {res['config']['reward']}, train {res['config']['train']}.",
         f"Prompts: {res['report']['prompts']} training pairs of `{res['report']['pairs_file']}` "
-        f"(gold labels); probe: {res['report']['eval_prompts']} of them ({res['probe_labels']}), "
-        f"× {res['config']['train']['num_generations']} rollouts each evaluation. Rollouts: {res['report']['rollouts']}, "
-        f"budgets {res['report']['budgets']} tokens.",
+        "(gold labels); " + (f"probe: {res['report']['eval_prompts']} of them ({res['probe_labels']}), "
+                             f"× {res['config']['train']['num_generations']} rollouts each evaluation. "
+                             if res['report']['eval_prompts'] else "no probe: the passes over the prompts are the comparison. ")
+        + f"Rollouts: {res['report']['rollouts']}, budgets {res['report']['budgets']} tokens, temperature "
+        f"{res['config']['train']['temperature']}.",
         "",
         "## Summary",
         "",
@@ -91,15 +132,28 @@ def report_md(res: dict) -> str:
         f"| probe exact-score share, before → after | {fmt(s['probe_exact_before'])} → {fmt(s['probe_exact_after'])} |",
         f"| training mean reward, first half → second half of the steps | {fmt(s['train_reward_first_half'])} → "
         f"{fmt(s['train_reward_second_half'])} |",
-        "",
-        "## Probe evaluations (fixed pairs, no update)",
-        "",
-        "| after step | mean reward | reward std | well formed | exact |",
-        "|---|---|---|---|---|",
     ]
+    if ev:
+        lines += ["", "## Probe evaluations (fixed pairs, no update)", "",
+                  "| after step | mean reward | reward std | well formed | exact |", "|---|---|---|---|---|"]
     for h in ev:
         lines.append(f"| {h['step']} | {fmt(h.get('eval_reward'))} | {fmt(h.get('eval_reward_std'))} | "
                      f"{fmt(h.get('eval_r3a/format_ok'))} | {fmt(h.get('eval_r3a/exact'))} |")
+    pp = res.get("passes")
+    if pp:
+        lines += ["", "## Passes over the training prompts (every prompt once per pass)", "",
+                  "| pass | steps | prompts | rollouts | mean reward ± SE | well formed | exact | zero-variance groups |",
+                  "|---|---|---|---|---|---|---|---|"]
+        for r in pp["passes"]:
+            lines.append(f"| {r['pass']} | {r['steps']} | {r['prompts']} | {r['rollouts']} | {fmt(r['mean_reward'])} ± "
+                         f"{fmt(r['se'])} | {fmt(r['format_ok'])} | {fmt(r['exact'])} | {fmt(r['zero_variance_groups'], 2)} |")
+        if "per_prompt" in pp:
+            lines += ["", f"Per prompt, pass {pp['first_pass']} → pass {pp['last_pass']} (group mean reward):", "",
+                      "| prompt | first | last |", "|---|---|---|"]
+            lines += [f"| {k} | {fmt(v['first'])} | {fmt(v['last'])} |" for k, v in pp["per_prompt"].items()]
+            lines += ["", f"Paired difference (last − first, mean over prompts): {pp['paired_diff']:+.3f} ± "
+                      f"{fmt(pp['paired_se'])} (SE over prompts); {pp['prompts_up']} prompts up, "
+                      f"{pp['prompts_down']} down."]
     lines += ["", "## Training steps", "",
               "| step | mean reward | reward std | well formed | exact | KL | completion tokens | s/step |",
               "|---|---|---|---|---|---|---|---|"]
@@ -120,7 +174,16 @@ def plot(res: dict, path: Path) -> None:
     log, ev = res["report"]["log"], res["report"]["eval_log"]
     fig, ax = plt.subplots(figsize=(6.4, 3.6))
     ax.plot([h["step"] for h in log], [h["reward"] for h in log], marker=".", lw=1, label="training batch mean")
-    ax.plot([h["step"] for h in ev], [h["eval_reward"] for h in ev], marker="o", lw=2, label="probe mean (fixed pairs)")
+    if ev:
+        ax.plot([h["step"] for h in ev], [h["eval_reward"] for h in ev], marker="o", lw=2, label="probe mean (fixed pairs)")
+    pp = res.get("passes")
+    if pp:
+        n = pp["steps_per_pass"]
+        for i, r in enumerate(pp["passes"]):
+            a, b = i * n + 0.5, i * n + n + 0.5
+            ax.fill_between([a, b], r["mean_reward"] - r["se"], r["mean_reward"] + r["se"], color="C1", alpha=0.2, lw=0)
+            ax.plot([a, b], [r["mean_reward"]] * 2, color="C1", lw=2.5,
+                    label="pass mean over the same prompts (± SE)" if i == 0 else None)
     ax.set_xlabel("step")
     ax.set_ylabel("R³A reward (I_format · r_score)")
     ax.set_ylim(-0.02, 1.02)
@@ -137,9 +200,11 @@ def main(argv=None) -> int:
     ap.add_argument("--config", default="r3a-smollm2-demo", help="GRPO config (shipped name or YAML)")
     ap.add_argument("--max-steps", type=int, default=None, help="the config's train.max_steps when left out")
     ap.add_argument("--eval-steps", type=int, default=10, help="probe evaluation every N steps (and before and after)")
-    ap.add_argument("--probe", default="0:3,1:2,2:3", help="probe pairs per gold label")
+    ap.add_argument("--probe", default="0:3,1:2,2:3", help="probe pairs per gold label, or none (no probe)")
     ap.add_argument("--work", default=str(ROOT / "runs/teacher-grpo-bench"), help="scratch: probe file, trained judge")
     ap.add_argument("--out", required=True, help="results directory")
+    ap.add_argument("--from-report", default=None, help="no training: rewrite the results from a trained judge's "
+                    "directory (its grpo_report.json), as the run with these arguments wrote it")
     args = ap.parse_args(argv)
 
     from r3edge.core.config import TeacherGRPOConfig, load_yaml
@@ -155,16 +220,20 @@ def main(argv=None) -> int:
         raw["train"]["max_steps"] = args.max_steps
     cfg_path = work / "grpo.yaml"
     cfg_path.write_text(yaml.safe_dump(raw, sort_keys=False))
-    per_label = {int(k): int(v) for k, v in (x.split(":") for x in args.probe.split(","))}
-    queries = read_queries(args.pairs)
-    probe = probe_pairs(queries, per_label, cfg.data.seed)
-    probe_path = work / "probe.jsonl"
-    write_queries(probe_path, probe)
-    probe_labels = {str(k): sum(c.label == k for q in probe for c in q.candidates) for k in sorted(per_label)}
+    probe_path, probe_labels = None, None
+    if args.probe != "none":
+        per_label = {int(k): int(v) for k, v in (x.split(":") for x in args.probe.split(","))}
+        probe = probe_pairs(read_queries(args.pairs), per_label, cfg.data.seed)
+        probe_path = work / "probe.jsonl"
+        write_queries(probe_path, probe)
+        probe_labels = {str(k): sum(c.label == k for q in probe for c in q.candidates) for k in sorted(per_label)}
 
     t0 = time.perf_counter()
-    model_dir = teacher_grpo(cfg_path, work / "teacher-grpo", pairs=args.pairs, model=args.teacher_model,
-                             eval_pairs=probe_path)
+    if args.from_report:
+        model_dir = Path(args.from_report)
+    else:
+        model_dir = teacher_grpo(cfg_path, work / "teacher-grpo", pairs=args.pairs, model=args.teacher_model,
+                                 eval_pairs=probe_path)
     wall = time.perf_counter() - t0
     report = json.loads((model_dir / "grpo_report.json").read_text())
     log, ev = report["log"], report["eval_log"]
@@ -179,15 +248,28 @@ def main(argv=None) -> int:
         "train_reward_first_half": mean([h["reward"] for h in log[:half]]),
         "train_reward_second_half": mean([h["reward"] for h in log[half:]]),
     }
-    rose = (summary["probe_reward_after"] or 0) > (summary["probe_reward_before"] or 0)
-    summary["verdict"] = (
-        f"The probe's mean reward {'rose' if rose else 'did not rise'}: {fmt(summary['probe_reward_before'])} → "
-        f"{fmt(summary['probe_reward_after'])} over {report['steps']} steps "
-        f"({report['eval_prompts']} pairs × {cfg.train.num_generations} sampled rollouts per evaluation, so one "
-        f"trajectory moves it by {fmt(1 / max(1, report['eval_prompts'] * cfg.train.num_generations))}).")
+    pp = passes(report, cfg.train.prompts_per_step * cfg.train.gradient_accumulation_steps)
+    verdicts = []
+    if ev:
+        rose = (summary["probe_reward_after"] or 0) > (summary["probe_reward_before"] or 0)
+        verdicts.append(
+            f"The probe's mean reward {'rose' if rose else 'did not rise'}: {fmt(summary['probe_reward_before'])} → "
+            f"{fmt(summary['probe_reward_after'])} over {report['steps']} steps "
+            f"({report['eval_prompts']} pairs × {cfg.train.num_generations} sampled rollouts per evaluation, so one "
+            f"trajectory moves it by {fmt(1 / max(1, report['eval_prompts'] * cfg.train.num_generations))}).")
+    if pp and "paired_diff" in pp:
+        first, last = pp["passes"][pp["first_pass"] - 1], pp["passes"][pp["last_pass"] - 1]
+        d, se = pp["paired_diff"], pp["paired_se"]
+        word = "rose" if d > 2 * se and d > 0 else "fell" if d < -2 * se else "did not move beyond 2 SE"
+        verdicts.append(
+            f"The training reward over the same {report['prompts']} prompts {word}: pass {pp['first_pass']} "
+            f"{fmt(first['mean_reward'])} → pass {pp['last_pass']} {fmt(last['mean_reward'])} "
+            f"({first['rollouts']} rollouts each; paired by prompt {d:+.3f} ± {fmt(se)} SE, "
+            f"{pp['prompts_up']} prompts up, {pp['prompts_down']} down).")
+    summary["verdict"] = " ".join(verdicts) or "No probe and no complete passes: nothing to compare."
     res = {"command": " ".join(["benchmarks/scripts/teacher_grpo.py", *(argv if argv is not None else sys.argv[1:])]),
            "machine": machine_info(), "config_name": cfg.name, "config": raw, "teacher_model": args.teacher_model,
-           "probe_labels": probe_labels, "summary": summary, "report": report}
+           "probe_labels": probe_labels, "summary": summary, "passes": pp, "report": report}
     (out / "results.json").write_text(json.dumps(res, indent=2) + "\n")
     (out / "report.md").write_text(report_md(res))
     plot(res, out / "reward.png")

@@ -314,6 +314,11 @@ class GRPOParams(Strict):
     logging_steps: PositiveInt = 1
     #: with eval pairs: measure their mean reward every N steps (None: before the first and after the last)
     eval_steps: PositiveInt | None = None
+    #: train only the top N decoder layers (and the final norm); None: every weight (a CPU-sized cut: the
+    #: backward pass stops at the lowest trainable layer)
+    trainable_layers: PositiveInt | None = None
+    #: recompute activations in the backward pass (TRL's default; saves GPU memory, costs a forward pass)
+    gradient_checkpointing: bool = True
 
 
 class GRPOVLLM(Strict):
