@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import sys
 import time
@@ -107,8 +108,10 @@ def report_md(res: dict) -> str:
     lines = [
         "# Teacher GRPO on CPU: R³A's rule reward over a short run",
         "",
-        f"Written by `benchmarks/scripts/teacher_grpo.py` on {m['cpu']} ({m['cores_usable']} usable cores, "
-        "shared with other work: timings are not speed figures), "
+        f"Written by `benchmarks/scripts/teacher_grpo.py` on {m['cpu']} ({m['cores_usable']} usable cores; 1/5/15-min "
+        "load average at the end of the run, its own threads included: "
+        + (", ".join(f"{x:g}" for x in res["loadavg_1_5_15_at_end"]) if res.get("loadavg_1_5_15_at_end") else "not recorded")
+        + "), "
         f"torch {res['report']['versions']['torch']}, trl {res['report']['versions']['trl']}, "
         f"{res['report']['device']}, bf16 {res['report']['bf16']}.",
         "",
@@ -269,7 +272,9 @@ def main(argv=None) -> int:
     summary["verdict"] = " ".join(verdicts) or "No probe and no complete passes: nothing to compare."
     res = {"command": " ".join(["benchmarks/scripts/teacher_grpo.py", *(argv if argv is not None else sys.argv[1:])]),
            "machine": machine_info(), "config_name": cfg.name, "config": raw, "teacher_model": args.teacher_model,
-           "probe_labels": probe_labels, "summary": summary, "passes": pp, "report": report}
+           "probe_labels": probe_labels, "summary": summary, "passes": pp, "report": report,
+           # what else the box ran meanwhile: step times are speed figures only when these stay near 0
+           "loadavg_1_5_15_at_end": [round(x, 2) for x in os.getloadavg()]}
     (out / "results.json").write_text(json.dumps(res, indent=2) + "\n")
     (out / "report.md").write_text(report_md(res))
     plot(res, out / "reward.png")
