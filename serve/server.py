@@ -43,9 +43,9 @@ def machine_threads() -> int:
 
 
 #: Batcher threads when ``--workers`` is unset. On 2 CPU cores two single-threaded workers served 16
-#: clients' top-10s at 1.72x the pairs/s of the per-request server and a lone top-100 in 0.72x its
-#: time, where one two-threaded worker gave 1.35x: small micro-batches split badly over two threads
-#: (benchmarks/results/serving-cpu-2core).
+#: clients' top-10s at 1.56-1.72x the pairs/s of the per-request server and a lone top-100 in 0.70-0.72x
+#: its time, where one two-threaded worker gave 1.25-1.35x: small micro-batches split badly over two
+#: threads (benchmarks/results/serving-cpu-2core, run3 and run4).
 DEFAULT_WORKERS = 2
 
 
