@@ -18,24 +18,18 @@ Writes OUT/results.json and prints one line per round. The client runs on the sa
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import shlex
 import subprocess
 import sys
-import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from collections import Counter
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
 
-
-def _serve_load():
-    spec = importlib.util.spec_from_file_location("serve_load", HERE / "serve_load.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+import serve_load as sl  # noqa: E402  (the overload phase's client, payloads and server start-up)
 
 
 def serve_trivial(port: int) -> None:
@@ -61,21 +55,10 @@ def serve_trivial(port: int) -> None:
     asyncio.run(main())
 
 
-def burst(sl, target, pays, n: int, timeout: float) -> dict:
-    batch = [pays[i % len(pays)] for i in range(n)]
-    barrier = threading.Barrier(n)
-
-    def one(pay):
-        barrier.wait()  # every call leaves at once, as in serve_load's overload phase
-        return target.call(pay, timeout=timeout)
-
-    with ThreadPoolExecutor(n) as pool:
-        res = list(pool.map(one, batch))
-    refused = [ms for code, ms in res if code == sl.REFUSED]
-    codes: dict[str, int] = {}
-    for code, _ in res:
-        codes[code] = codes.get(code, 0) + 1
-    return {"codes": codes, "refused_ms": sl.summary(refused)}
+def burst(target, pays, n: int, timeout: float) -> dict:
+    res = sl.barrier_burst(target, pays, n, timeout)
+    return {"codes": dict(Counter(code for code, _ in res)),
+            "refused_ms": sl.summary([ms for code, ms in res if code == sl.REFUSED])}
 
 
 def main() -> int:
@@ -94,7 +77,6 @@ def main() -> int:
         serve_trivial(args.serve_trivial)
         return 0
 
-    sl = _serve_load()
     from r3edge.api import pb2
     from r3edge.benchmarks.machine import machine_info
     from r3edge.core.pairs import read_queries
@@ -117,7 +99,7 @@ def main() -> int:
         for r in range(args.rounds):
             for name, t in targets.items():
                 time.sleep(args.settle_s)
-                row = {"round": r + 1, "server": name, "load": sl.load_avg(), **burst(sl, t, pays, args.concurrent, args.timeout)}
+                row = {"round": r + 1, "server": name, "load": sl.load_avg(), **burst(t, pays, args.concurrent, args.timeout)}
                 rounds.append(row)
                 ms = row["refused_ms"]
                 print(f"round {r + 1} {name}: {row['codes']}; refusals p50 {ms['p50']:.1f} / max {ms['max']:.1f} ms "

@@ -428,23 +428,28 @@ def warm(target: Target, pays, n: int = 3) -> None:
         target.call(pays[i % len(pays)])
 
 
+def barrier_burst(t: Target, pays, n: int, timeout: float) -> list[tuple[str, float]]:
+    """``n`` calls (the payloads in turn) that all leave at one instant: (status name, ms) each."""
+    batch = [pays[i % len(pays)] for i in range(n)]
+    barrier = threading.Barrier(n)
+
+    def one(pay):
+        barrier.wait()  # every call leaves at once
+        return t.call(pay, timeout=timeout)
+
+    with ThreadPoolExecutor(n) as pool:
+        return list(pool.map(one, batch))
+
+
 def phase_overload(srv: Server, t: Target, top100, args) -> dict:
     pid = srv.proc.pid
     warm(t, top100)
     service = [ms for code, ms in (t.call(top100[i % len(top100)]) for i in range(args.service_requests)) if code == "OK"]
     rss0 = rss_mb(pid)
     n = args.overload_concurrent
-    batch = [top100[i % len(top100)] for i in range(n)]
-    barrier = threading.Barrier(n)
     cpu0 = time.process_time()
-
-    def one(pay):
-        barrier.wait()  # every call leaves at once
-        return t.call(pay, timeout=args.overload_timeout)
-
     t0 = time.perf_counter()
-    with ThreadPoolExecutor(n) as pool:
-        res = list(pool.map(one, batch))
+    res = barrier_burst(t, top100, n, args.overload_timeout)
     wall = time.perf_counter() - t0
     rss1 = rss_mb(pid)
     time.sleep(args.settle_s)
