@@ -23,6 +23,7 @@ import os
 import shlex
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -37,13 +38,10 @@ from r3edge.core.pairs import write_queries  # noqa: E402
 
 
 def floors(queries, label_values) -> dict:
-    from r3edge.benchmarks.systems import baselines, scored_floor
-    from r3edge.commands.bench import bm25_row
-    from r3edge.core.config import StudentConfig, load_yaml
-    from r3edge.model.student import base_cosine_scoring
+    from r3edge.benchmarks.systems import baselines
+    from r3edge.commands.bench import base_cosine_floor, bm25_row
 
-    base = base_cosine_scoring(load_yaml("minilm-cqa-bi-rank", StudentConfig))
-    cos = scored_floor(queries, base, label_values)
+    cos = base_cosine_floor(queries, "minilm-cqa-bi-rank", label_values)
     bm25 = bm25_row(queries, label_values, axis="-")["accuracy"]["vs_gold"]
     order = baselines(queries, label_values)
     return {"first_stage": order["input_order"], "majority": order["majority"],
@@ -62,9 +60,7 @@ def judge_metrics(labels_dir: Path, queries) -> dict:
     probs = np.asarray([rows[(qid, c.docid)]["probs"] for qid, c in pairs], dtype=np.float64)
     got = relevance_metrics(gold, probs, [qid for qid, _ in pairs], m["label_values"])
     scored = [rows[(q.qid, c.docid)] for q in queries for c in q.candidates]
-    labels: dict[str, int] = {}
-    for r in scored:
-        labels[str(r["score"])] = labels.get(str(r["score"]), 0) + 1
+    labels = Counter(str(r["score"]) for r in scored)
     return {**{k: got[k] for k in ("ndcg@10", "ndcg_queries", "accuracy", "f1_macro", "auc_0_12", "auc_01_2", "ece", "n")
                if k in got},
             "labels": dict(sorted(labels.items())), "format_failures": sum(not r["format_ok"] for r in scored),

@@ -22,6 +22,7 @@ import argparse
 import json
 import os
 import random
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -64,8 +65,7 @@ def fmt(x, nd=3):
 
 
 def sd(xs):
-    m = mean(xs)
-    return (sum((x - m) ** 2 for x in xs) / (len(xs) - 1)) ** 0.5 if len(xs) > 1 else None
+    return statistics.stdev(xs) if len(xs) > 1 else None
 
 
 def passes(report: dict, prompts_per_step: int) -> dict | None:
@@ -273,7 +273,8 @@ def main(argv=None) -> int:
     res = {"command": " ".join(["benchmarks/scripts/teacher_grpo.py", *(argv if argv is not None else sys.argv[1:])]),
            "machine": machine_info(), "config_name": cfg.name, "config": raw, "teacher_model": args.teacher_model,
            "probe_labels": probe_labels, "summary": summary, "passes": pp, "report": report,
-           # what else the box ran meanwhile: step times are speed figures only when these stay near 0
+           # what else the box ran meanwhile: step times are speed figures only when these stay near the
+           # run's own 2 threads
            "loadavg_1_5_15_at_end": [round(x, 2) for x in os.getloadavg()]}
     (out / "results.json").write_text(json.dumps(res, indent=2) + "\n")
     (out / "report.md").write_text(report_md(res))
