@@ -40,12 +40,16 @@ def fusable(config) -> bool:
     return getattr(config, "model_type", None) in FUSABLE
 
 
-def export_fused_encoder(encoder, scoring_model, example: tuple, out_path: Path, opset: int = 17) -> dict:
-    """Write the fused fp32 graph of ``scoring_model`` (an EncoderScorer around ``encoder``) to ``out_path``.
+def export_fused_encoder(encoder, scoring_model, example: tuple, out_path: Path, opset: int = 17,
+                         input_names: tuple[str, ...] = INPUT_NAMES) -> dict:
+    """Write the fused fp32 graph of ``scoring_model`` (an EncoderScorer, or a cosine student's
+    DocumentCosineGraph, around ``encoder``) to ``out_path``.
 
-    ``example`` is ``(input_ids, attention_mask)`` as torch tensors (two pairs of different
-    lengths, so no shape is baked in). Returns the fusion counts for the export report; raises
-    :class:`R3EdgeError` when the optimizer did not fuse every layer (the caller falls back).
+    ``example`` holds one torch tensor per name of ``input_names``: ``input_ids`` and
+    ``attention_mask`` (two rows of different lengths, so no shape is baked in), then any input of
+    fixed shape (the cosine candidate graph's query embedding). Returns the fusion counts for the
+    export report; raises :class:`R3EdgeError` when the optimizer did not fuse every layer (the
+    caller falls back).
     """
     import tempfile
 
@@ -63,7 +67,7 @@ def export_fused_encoder(encoder, scoring_model, example: tuple, out_path: Path,
         with tempfile.TemporaryDirectory() as tmp, torch.no_grad():
             raw = Path(tmp) / "raw.onnx"
             axes = {name: {0: "batch", 1: "sequence"} for name in INPUT_NAMES}
-            torch.onnx.export(scoring_model, example, str(raw), input_names=list(INPUT_NAMES),
+            torch.onnx.export(scoring_model, example, str(raw), input_names=list(input_names),
                               output_names=[OUTPUT_NAME], dynamic_axes={**axes, OUTPUT_NAME: {0: "batch"}},
                               opset_version=opset, dynamo=False)
             options = FusionOptions(FUSABLE[cfg.model_type])

@@ -21,7 +21,7 @@ from r3edge import __version__
 from r3edge.core.artifact import INPUT_NAMES, OPENVINO, OUTPUT_NAME, PREFIX_GRAPHS, RUNTIMES, write_manifest
 from r3edge.core.errors import InvalidInput, NotFound, R3EdgeError, require
 from r3edge.core.fileio import partial_dir, publish_dir
-from r3edge.core.scoring import SCORER_FILE, Scorer, plan_batches
+from r3edge.core.scoring import PREFIX_HEADS, SCORER_FILE, Scorer, plan_batches
 from r3edge.export.openvino import OV_PRESETS, build_ir, ir_file
 from r3edge.export.options import ExportOptions
 from r3edge.export.parity import ParityError, Tolerances, check_variant, load_pairs
@@ -135,9 +135,9 @@ def export_artifact(
     """Export, quantize and validate; returns the finished artifact directory.
 
     ``options`` (or its fields as keywords, which override it) says what to build; see
-    :class:`r3edge.export.options.ExportOptions`. ``prefix_reuse`` (causal students) adds the
-    prefix and candidate graphs of :mod:`r3edge.export.prefix` for fp32, so the server computes a
-    request's shared prefix once.
+    :class:`r3edge.export.options.ExportOptions`. ``prefix_reuse`` (causal and cosine students)
+    adds the prefix and candidate graphs of :mod:`r3edge.export.prefix` for fp32 and each quantized
+    ONNX variant, so the server computes a request's shared prefix once.
     """
     torch = require("torch", "export")
     require("onnxscript", "export")
@@ -165,9 +165,10 @@ def export_artifact(
 
     t0 = time.perf_counter()
     lm, scorer = load_student(student_dir)
-    if opts.prefix_reuse and scorer.spec.head != "label_rows":
-        raise InvalidInput(f"--prefix-reuse needs a causal student; {student_dir} is scored by head {scorer.spec.head!r}",
-                           "export an encoder student without --prefix-reuse (its prefix attends to the document)",
+    if opts.prefix_reuse and scorer.spec.head not in PREFIX_HEADS:
+        raise InvalidInput(f"--prefix-reuse needs a causal or cosine student; {student_dir} is scored by head "
+                           f"{scorer.spec.head!r}",
+                           "export a cross-encoder student without --prefix-reuse (its prefix attends to the document)",
                            field="prefix_reuse")
     if hasattr(lm, "set_attn_implementation"):
         lm.set_attn_implementation("sdpa")  # exports cleanly with dynamo and matches eager
@@ -191,8 +192,8 @@ def export_artifact(
                     "note": "validation pairs are the calibration pairs",
                     "fp32_graph": fusion or {"exporter": "torch.onnx.export(dynamo=True)"}}
     quant = _build_variants(scorer, opts, tmp, fp32_path, queries, docs, ref, tol, report, stage, log)
-    prefix_graphs = _export_prefix_reuse(lm, scorer, tmp, queries, docs, ref, fp32_path, opts.opset, opts.threads, tol,
-                                         report, stage, log) if opts.prefix_reuse else {}
+    prefix_graphs = _export_prefix_reuse(lm, scorer, tmp, queries, docs, ref, opts, tol, report, stage,
+                                         log) if opts.prefix_reuse else {}
     names = [n for n in opts.variants if n in report["variants"]]
     default = opts.default or "fp32"
     if default not in names:
@@ -297,30 +298,66 @@ def _build_variants(scorer: Scorer, opts: ExportOptions, tmp: Path, fp32_path: P
     return quant
 
 
-def _export_prefix_reuse(lm, scorer, tmp, queries, docs, ref, fp32_path, opset, threads, tol, report, stage, log) -> dict:
-    """The fp32 prefix-reuse graphs, validated against torch; left out (and reported) when they fail."""
-    from r3edge.export.prefix import check_prefix_graphs, export_prefix_graphs, ort_prefix_runner
+def _export_prefix_reuse(lm, scorer, tmp: Path, queries, docs, ref, opts: ExportOptions, tol: Tolerances,
+                         report: dict, stage, log) -> dict:
+    """The prefix-reuse graphs of fp32 and of each quantized ONNX variant that was built, validated
+    against torch; a variant whose graphs fail is left out of ``prefix_graphs`` (and reported)."""
+    from r3edge.core.onnx_prefix import state_names
+    from r3edge.export.prefix import (
+        candidate_calib_feeds,
+        check_prefix_graphs,
+        export_prefix_graphs,
+        ort_prefix_runner,
+        quantize_candidate_graph,
+    )
 
     t0 = time.perf_counter()
-    entry = export_prefix_graphs(lm, scorer, tmp, queries, docs, opset=opset)
+    fp32_entry = export_prefix_graphs(lm, scorer, tmp, queries, docs, opset=opts.opset, log=log)
+    candidate_graph = fp32_entry.pop("candidate_graph", None)  # how it was exported: the report's, not the manifest's
     stage("onnx_export_prefix", t0)
-    t0 = time.perf_counter()
-    runner = ort_prefix_runner(tmp, entry, scorer.spec.n_labels, threads)
-    try:
-        rep = check_prefix_graphs(scorer, runner, ref, queries, docs, single=_ort_runner(fp32_path, threads), tol=tol)
-    except ParityError as exc:
-        runner.close()
-        for name in (entry["prefix"], entry["candidate"]):
-            for p in tmp.glob(name + "*"):
+    entries, reports = {}, {}
+    feeds = None
+    for name in ["fp32", *(n for n in opts.variants if n in report["variants"] and n in PRESETS)]:
+        t0 = time.perf_counter()
+        preset = PRESETS.get(name)
+        entry, info = fp32_entry, None
+        if preset is not None:
+            if preset.calibrate_method and feeds is None:
+                fp32_runner = ort_prefix_runner(tmp, fp32_entry, scorer.spec.n_labels, opts.threads)
+                feeds = candidate_calib_feeds(scorer, fp32_runner, queries, docs)
+                fp32_runner.close()
+            entry, info = quantize_candidate_graph(preset, tmp, fp32_entry, feeds if preset.calibrate_method else None,
+                                                   log=log)
+        runner = ort_prefix_runner(tmp, entry, scorer.spec.n_labels, opts.threads)
+        try:
+            rep = check_prefix_graphs(scorer, runner, ref, queries, docs, tol=tol, variant=f"{name} (prefix reuse)",
+                                      single=_ort_runner(tmp / variant_file(name), opts.threads),
+                                      exact=preset is None, batch_invariant=preset.batch_invariant if preset else True)
+        except ParityError as exc:
+            runner.close()
+            if name == "fp32":
+                for file in (fp32_entry["prefix"], fp32_entry["candidate"]):
+                    for p in tmp.glob(file + "*"):
+                        p.unlink()
+            report["rejected"][f"prefix_reuse:{name}"] = {"check": str(exc.check), "what": exc.what}
+            log(f"[export] WARNING: {name} prefix-reuse graphs rejected and left out of the artifact: {exc.what}")
+            if name == "fp32":
+                return {}  # every variant's prefix graph is fp32's
+            for p in tmp.glob(entry["candidate"] + "*"):
                 p.unlink()
-        report["rejected"]["prefix_reuse"] = {"check": str(exc.check), "what": exc.what}
-        log(f"[export] WARNING: prefix-reuse graphs rejected and left out of the artifact: {exc.what}")
-        return {}
-    rep["files"] = [entry["prefix"], entry["candidate"]]
-    rep["bytes"] = sum(p.stat().st_size for n in rep["files"] for p in tmp.glob(n + "*"))
-    report["prefix_reuse"] = {"fp32": rep}
-    stage("parity_prefix", t0)
-    log(f"[export] prefix reuse (fp32): max|Δlogit| {rep['max_abs_logit_diff']:.2e} vs torch, "
-        f"{rep['max_abs_logit_diff_vs_single_graph']:.2e} vs the single graph, "
-        f"batch-invariance {rep['batch_invariance_max_abs_score_diff']:.2e}")
-    return {"fp32": entry}
+            continue
+        runner.close()
+        rep["files"] = [entry["prefix"], entry["candidate"]]
+        rep["bytes"] = sum(p.stat().st_size for n in rep["files"] for p in tmp.glob(n + "*"))
+        rep["state"] = state_names(entry)[1]
+        if candidate_graph is not None:
+            rep["candidate_graph"] = candidate_graph
+        if info is not None:
+            rep["candidate_quantization"] = info
+        reports[name], entries[name] = rep, entry
+        stage(f"parity_prefix_{name}", t0)
+        log(f"[export] prefix reuse ({name}): max|Δlogit| {rep['max_abs_logit_diff']:.2e} vs torch, "
+            f"{rep['max_abs_logit_diff_vs_single_graph']:.2e} vs the {name} single graph, "
+            f"batch-invariance {rep['batch_invariance_max_abs_score_diff']:.2e}")
+    report["prefix_reuse"] = reports
+    return entries

@@ -68,9 +68,10 @@ class ExportOptions(BaseModel):
     opset: PositiveInt | None = Field(None, description="ONNX opset (unset: the exporter's)")
     threads: PositiveInt | None = Field(None, description="ONNX Runtime threads for the parity checks")
     prefix_reuse: bool = Field(
-        False, description="causal students: also export a prefix graph (template head + query -> key/value cache) "
-        "and a candidate graph (cache + document + tail -> label_logits), so the server computes a request's shared "
-        "prefix once instead of once per candidate (fp32)")
+        False, description="causal and cosine students: also export a prefix graph (template head + query -> "
+        "key/value cache, or the query's embedding) and a candidate graph (that state + document + tail -> "
+        "label_logits) for fp32 and each quantized ONNX variant, so the server computes a request's shared prefix "
+        "once instead of once per candidate")
 
     @field_validator("variants", mode="before")
     @classmethod

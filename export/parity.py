@@ -138,10 +138,13 @@ def compare(scorer: Scorer, ref: np.ndarray, got: np.ndarray) -> dict:
     }
 
 
-def batch_invariance(scorer: Scorer, run: RunBatch, queries: Sequence[str], docs: Sequence[str]) -> float:
-    """Max |Δ score| between each pair scored alone and all pairs in one length-mixed batch."""
-    alone = score_pairs(scorer, run, queries, docs, max_batch_size=1)
-    together = score_pairs(scorer, run, queries, docs, max_batch_size=len(queries), max_batch_tokens=1 << 30)
+def batch_invariance(scorer: Scorer, run: RunBatch | None, queries: Sequence[str], docs: Sequence[str],
+                     prefix=None) -> float:
+    """Max |Δ score| between each pair scored alone and all pairs in one length-mixed batch (through
+    ``run``, or through the prefix-reuse graphs of ``prefix``)."""
+    alone = score_pairs(scorer, run, queries, docs, max_batch_size=1, prefix=prefix)
+    together = score_pairs(scorer, run, queries, docs, max_batch_size=len(queries), max_batch_tokens=1 << 30,
+                           prefix=prefix)
     return float(np.abs(scorer.relevance(alone)[1] - scorer.relevance(together)[1]).max())
 
 
@@ -156,20 +159,22 @@ def check_variant(
     exact: bool,
     batch_invariant: bool,
     tol: Tolerances = Tolerances(),
+    prefix=None,
 ) -> dict:
-    """Score the pairs with ``run``, compare with the torch reference, raise on a hard failure.
+    """Score the pairs with ``run`` (or the prefix-reuse graphs of ``prefix``), compare with the
+    torch reference, raise on a hard failure.
 
     ``exact`` (fp32): logits must match to ``tol.atol``. ``batch_invariant``: the scheme claims
     a pair's score does not depend on its batchmates, so that is enforced too.
     """
-    got = score_pairs(scorer, run, queries, docs, max_batch_size=8)
+    got = score_pairs(scorer, run, queries, docs, max_batch_size=8, prefix=prefix)
     if got.shape != ref_logits.shape:
         raise ShapeError(variant, f"label_logits {got.shape} vs torch {ref_logits.shape}",
                           "the graph's output is not [batch, n_labels]; re-export")
     if not np.isfinite(got).all():
         raise NonFiniteError(variant, "non-finite label_logits", "the variant is broken (overflow?); drop it")
     report = compare(scorer, ref_logits, got)
-    report["batch_invariance_max_abs_score_diff"] = batch_invariance(scorer, run, queries, docs)
+    report["batch_invariance_max_abs_score_diff"] = batch_invariance(scorer, run, queries, docs, prefix)
     report["tolerances"] = asdict(tol)
     if exact and report["max_abs_logit_diff"] > tol.atol:
         raise AtolError(

@@ -204,3 +204,80 @@ def test_cosine_student_reloads_exports_and_serves_the_same_scores(trained_bi, s
     # one pair alone scores as it does among its batchmates (segments never see the padding)
     alone = score_pairs(rt.scorer, rt.label_logits, queries[:1], DOCS[:1])
     np.testing.assert_allclose(alone[0], got[0], atol=1e-5)
+
+
+# -- prefix reuse: the query embedded once per request ------------------------------------------------
+@pytest.mark.parametrize("side", ["left", "right"])
+def test_torch_query_and_document_graphs_equal_the_single_cosine_graph(trained_bi, side):
+    """The split (query once, each document alone) is the single graph's computation, padded on either side."""
+    import dataclasses
+
+    import torch
+
+    from r3edge.core.scoring import Scorer, score_pairs
+    from r3edge.model.prefix import DocumentCosineGraph, QueryEmbeddingGraph
+    from r3edge.model.student import lm_score_fn, load_student, scoring_module
+
+    lm, scorer = load_student(trained_bi)
+    lm.eval()
+    scorer = Scorer(dataclasses.replace(scorer.spec, padding_side=side), scorer.tokenizer)
+    cls = scoring_module(lm, scorer).cls_token_id
+    query_graph, doc_graph = QueryEmbeddingGraph(lm), DocumentCosineGraph(lm, cls, right_padded=side == "right")
+
+    class Runner:
+        def prefix(self, ids):
+            with torch.no_grad():
+                return [query_graph(torch.from_numpy(ids))]
+
+        def candidates(self, state, ids, mask):
+            with torch.no_grad():
+                return doc_graph(torch.from_numpy(ids), torch.from_numpy(mask), state[0]).numpy()
+
+    queries = [QUERY] * len(DOCS) + ["a second query", "a second query"]
+    docs = DOCS + DOCS[:2]
+    ref = lm_score_fn(lm, scorer)(queries, docs)
+    together = score_pairs(scorer, None, queries, docs, prefix=Runner(), max_batch_tokens=1 << 30)
+    alone = score_pairs(scorer, None, queries, docs, prefix=Runner(), max_batch_size=1)
+    assert np.ptp(ref[:, 2]) > 1e-3  # the documents really score differently
+    np.testing.assert_allclose(together, ref, atol=1e-5, rtol=0)
+    np.testing.assert_allclose(alone, together, atol=1e-5, rtol=0)
+
+
+def test_cosine_prefix_reuse_exports_fused_fp32_and_int8_graphs_and_serves_them(trained_bi, sample_pairs_file, tmp_path):
+    from r3edge.cli import main
+    from r3edge.core.onnx_runtime import OnnxRuntime
+    from r3edge.core.scoring import score_pairs
+    from r3edge.model.student import lm_score_fn, load_student
+
+    out = tmp_path / "artifact"
+    assert main(["export", str(trained_bi), "--out", str(out), "--variants", "fp32,int8-smooth",
+                 "--calib", str(sample_pairs_file), "--prefix-reuse"]) == 0
+    manifest = json.loads((out / "manifest.json").read_text())
+    state = {"layers": 0, "state": ["query_embedding"]}
+    assert manifest["prefix_graphs"] == {
+        "fp32": {"prefix": "prefix.fp32.onnx", "candidate": "candidate.fp32.onnx", **state},
+        "int8-smooth": {"prefix": "prefix.fp32.onnx", "candidate": "candidate.int8-smooth.onnx", **state}}
+    report = json.loads((out / "export_report.json").read_text())
+    assert report["rejected"] == {}
+    layers = json.loads((trained_bi / "config.json").read_text())["num_hidden_layers"]
+    assert report["prefix_reuse"]["fp32"]["candidate_graph"]["fused"]["MultiHeadAttention"] == layers
+    assert report["prefix_reuse"]["int8-smooth"]["candidate_quantization"]["preset"]["name"] == "int8-smooth"
+
+    lm, scorer = load_student(trained_bi)
+    queries = [QUERY] * len(DOCS)
+    ref = lm_score_fn(lm, scorer)(queries, DOCS)
+    fp32 = OnnxRuntime(out, variant="fp32", threads=1)
+    assert fp32.prefix is not None and fp32.info()["prefix_reuse"] is True
+    stats: dict = {}
+    got = score_pairs(fp32.scorer, None, queries, DOCS, prefix=fp32.prefix, stats=stats)
+    assert stats["n_prefixes"] == 1
+    np.testing.assert_allclose(got, ref, atol=1e-4, rtol=0)
+    single = OnnxRuntime(out, variant="int8-smooth", threads=1, prefix_reuse=False)
+    q8 = OnnxRuntime(out, variant="int8-smooth", threads=1)
+    assert q8.info()["files"]["candidate"] == "candidate.int8-smooth.onnx"
+    q8_scores = q8.scorer.relevance(score_pairs(q8.scorer, None, queries, DOCS, prefix=q8.prefix))[1]
+    assert np.abs(q8_scores - scorer.relevance(ref)[1]).max() < 0.1  # quantized: close to fp32, not equal
+    assert np.abs(q8_scores - single.scorer.relevance(score_pairs(single.scorer, single, queries, DOCS))[1]).max() < 0.1
+    # int8-smooth is batch invariant by construction on the candidate graph too
+    alone = score_pairs(q8.scorer, None, queries, DOCS, prefix=q8.prefix, max_batch_size=1)
+    np.testing.assert_allclose(q8.scorer.relevance(alone)[1], q8_scores, atol=1e-5, rtol=0)

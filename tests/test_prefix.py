@@ -80,7 +80,7 @@ def test_split_refuses_an_encoder_head(runtime):
 
     spec = dataclasses.replace(runtime.scorer.spec, head="classifier", label_token_ids=())
     enc_scorer = Scorer(spec, runtime.scorer.tokenizer)
-    with pytest.raises(R3EdgeError, match="causal student"):
+    with pytest.raises(R3EdgeError, match="causal or cosine student"):
         enc_scorer.split(enc_scorer.encode_batch(["q"], ["d"]))
 
 

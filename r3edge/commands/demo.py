@@ -97,7 +97,7 @@ def run(args) -> int:
     labels_heldout = label_pairs(heldout_teacher, args.teacher, out / "labels" / "heldout", teacher_model=teacher)
 
     _step("4/6 train: student on the teacher's label-token distribution")
-    from r3edge.core.scoring import SCORER_FILE
+    from r3edge.core.scoring import PREFIX_HEADS, SCORER_FILE, Scorer
 
     student = out / "student"
     if not (student / SCORER_FILE).is_file():
@@ -112,7 +112,9 @@ def run(args) -> int:
     if not (artifact / "manifest.json").is_file():
         from r3edge.export.onnx import export_artifact
 
-        export_artifact(student, artifact, variants=variants, calib_pairs=pairs)
+        # a causal or cosine student computes each request's shared prefix (its query) once when served
+        export_artifact(student, artifact, variants=variants, calib_pairs=pairs,
+                        prefix_reuse=Scorer.load(student).spec.head in PREFIX_HEADS)
     else:
         print(f"{artifact} is complete; skipping (use --force to re-export)")
 

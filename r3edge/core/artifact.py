@@ -30,12 +30,15 @@ MANIFEST_FILE = "manifest.json"
 ARTIFACT_FORMAT = "r3edge-artifact/1"
 INPUT_NAMES = ("input_ids", "attention_mask")
 OUTPUT_NAME = "label_logits"
-#: Manifest key of a causal student's prefix-reuse graphs: ``{variant: {"prefix": file, "candidate":
+#: Manifest key of a student's prefix-reuse graphs: ``{variant: {"prefix": file, "candidate":
 #: file, "layers": L}}``. The prefix graph maps ``input_ids [1, P]`` to ``present_key_i`` /
 #: ``present_value_i`` ``[1, kv_heads, P, head_dim]``; the candidate graph maps ``input_ids``,
 #: ``attention_mask`` ``[B, S]`` (document + tail only) and ``past_key_i`` / ``past_value_i`` (the
-#: prefix graph's outputs) to ``label_logits [B, n_labels]``. Optional: artifacts without it are
-#: scored through the single graph.
+#: prefix graph's outputs) to ``label_logits [B, n_labels]``. A cosine student's entry has ``layers``
+#: 0 and ``"state": ["query_embedding"]``: the prefix graph maps ``input_ids [1, P]`` to the query's
+#: embedding ``[1, hidden]``, which the candidate graph takes beside ``input_ids`` and ``attention_mask``.
+#: Each variant that has the entry has its own two files. Optional: artifacts without it are scored
+#: through the single graph.
 PREFIX_GRAPHS = "prefix_graphs"
 #: Manifest key ``{variant: runtime}``: which runtime scores each variant's file, ``onnxruntime`` (an
 #: ONNX graph) or ``openvino`` (an OpenVINO IR ``.xml``, its weights in the ``.bin`` beside it). A

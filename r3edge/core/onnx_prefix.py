@@ -1,9 +1,12 @@
-"""A causal student's prefix-reuse graphs in ONNX Runtime (torch-free; the server loads it).
+"""A student's prefix-reuse graphs in ONNX Runtime (torch-free; the server loads it).
 
 :class:`OnnxPrefixRunner` is a :class:`r3edge.core.scoring.PrefixRunner`: the prefix graph runs the
 template head + query of a request once, and the candidate graph scores each micro-batch of
-document + tail suffixes after that key/value cache (see :data:`r3edge.core.artifact.PREFIX_GRAPHS`
-for the graphs' contract). The cache stays a list of numpy arrays between the two calls.
+document + tail suffixes after its state (see :data:`r3edge.core.artifact.PREFIX_GRAPHS` for the
+graphs' contract). The state is a causal student's key/value cache (``layers`` > 0: the prefix
+graph's ``present_*`` outputs feed the candidate graph's ``past_*`` inputs) or the tensors a
+manifest entry names under ``state`` (a cosine student's ``query_embedding``, the same name on
+both sides). It stays a list of numpy arrays between the two calls.
 """
 
 from __future__ import annotations
@@ -16,8 +19,17 @@ from r3edge.core.artifact import MANIFEST_FILE, OUTPUT_NAME, PREFIX_GRAPHS, cach
 from r3edge.core.errors import FormatError, NotFound, R3EdgeError
 
 
+def state_names(entry: dict) -> tuple[list[str], list[str]]:
+    """``(prefix graph outputs, candidate graph state inputs)`` of a manifest prefix-reuse entry."""
+    if entry.get("state"):
+        return list(entry["state"]), list(entry["state"])
+    layers = int(entry["layers"])
+    return cache_names("present", layers), cache_names("past", layers)
+
+
 def prefix_files(manifest: dict, variant: str) -> dict | None:
-    """The manifest's prefix-reuse entry for ``variant`` (``prefix``, ``candidate``, ``layers``), if any."""
+    """The manifest's prefix-reuse entry for ``variant`` (``prefix``, ``candidate``, ``layers``, and
+    ``state`` where the state is not a key/value cache), if any."""
     entry = (manifest.get(PREFIX_GRAPHS) or {}).get(variant)
     if entry is None:
         return None
@@ -33,8 +45,7 @@ class OnnxPrefixRunner:
     def __init__(self, artifact_dir: str | Path, entry: dict, make_session, n_labels: int):
         artifact_dir = Path(artifact_dir)
         self.layers = int(entry["layers"])
-        self.past = cache_names("past", self.layers)
-        self.present = cache_names("present", self.layers)
+        self.present, self.past = state_names(entry)
         self.files = {k: entry[k] for k in ("prefix", "candidate")}
         sessions = {}
         for key, name in self.files.items():

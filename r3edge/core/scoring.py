@@ -39,6 +39,9 @@ SPEC_VERSION = 1
 #: or an affine function of the cosine between the query's and the document's embeddings, each
 #: encoded on its own inside the one graph (a bi-encoder student; see r3edge.model.student).
 HEADS = ("label_rows", "classifier", "cosine")
+#: the heads whose shared prefix (template head + query + mid) can run once per request: a causal
+#: student's key/value cache, a cosine student's query embedding (:meth:`Scorer.split`)
+PREFIX_HEADS = ("label_rows", "cosine")
 
 
 @dataclass(frozen=True)
@@ -431,12 +434,13 @@ class Scorer:
         The prefix is the template head, the (whole, never cut) query and the template's mid piece;
         the rest of each pair (``Encoded.suffix``: its cut document and the tail) is what the
         candidate graph reads after a prefix's key/value cache. ``prefix + suffix`` is the
-        single-graph input exactly, since both come from :meth:`encode_batch`. Only a causal student
-        can reuse a prefix (an encoder's prefix tokens attend to the document).
+        single-graph input exactly, since both come from :meth:`encode_batch`. A causal student
+        reuses the prefix's key/value cache, a cosine student its query embedding; a cross-encoder
+        cannot (its prefix tokens attend to the document).
         """
-        if self.spec.head != "label_rows":
-            raise InvalidInput(f"prefix reuse needs a causal student (head label_rows), not head {self.spec.head!r}",
-                              "score this artifact through its single graph")
+        if self.spec.head not in PREFIX_HEADS:
+            raise InvalidInput(f"prefix reuse needs a causal or cosine student (head {' or '.join(PREFIX_HEADS)}), "
+                              f"not head {self.spec.head!r}", "score this artifact through its single graph")
         groups: dict[tuple[int, ...], list[int]] = {}
         for i, e in enumerate(encoded):
             groups.setdefault(tuple(e.prefix), []).append(i)
@@ -538,9 +542,10 @@ def _guess_pad_id(tokenizer) -> int:
 
 
 class PrefixRunner(Protocol):
-    """A runtime that scores a causal student in two graphs (the shared prefix once per query).
+    """A runtime that scores a student in two graphs (the shared prefix once per query).
 
-    ``prefix(input_ids [1, P]) -> cache`` runs the template head + query once; ``candidates(cache,
+    ``prefix(input_ids [1, P]) -> cache`` runs the template head + query once (a causal student's
+    key/value cache, a cosine student's query embedding); ``candidates(cache,
     input_ids [B, S], attention_mask [B, S]) -> label_logits [B, n_labels]`` scores document +
     tail suffixes (padded by :meth:`Scorer.collate_ids`) after that cache.
     """

@@ -1,4 +1,4 @@
-"""A causal student in two graphs: the shared prefix once per request, then the candidates.
+"""A student in two graphs: the shared prefix once per request, then the candidates.
 
 Every candidate of a request starts with the same tokens, the template head, the query and the
 template's mid piece (:meth:`r3edge.core.scoring.Scorer.split`). The single scoring graph
@@ -15,6 +15,23 @@ they run once:
 
 The flat key/value tensors (not a ``DynamicCache``) are the graphs' inputs and outputs, so the ONNX
 graphs and the torch-free runtime never see transformers' cache classes.
+
+A cosine student (:class:`r3edge.model.student.CosineScorer`) splits the same way, and more
+simply: its prefix ``[CLS] query [SEP] [CLS]`` never attends to the document, so the query is
+embedded once per request and each candidate graph row embeds only its document:
+
+* :class:`QueryEmbeddingGraph` — ``input_ids [1, P] -> query_embedding [1, hidden]`` (the unit
+  mean-pooled embedding of ``[CLS] query [SEP]``; the prefix's last token is the document's
+  ``[CLS]``, which the candidate graph puts back);
+* :class:`DocumentCosineGraph` — ``input_ids [B, S], attention_mask [B, S], query_embedding
+  -> label_logits``: ``[CLS]`` + document + ``[SEP]`` embedded alone, the cosine with the query,
+  the label head.
+
+That is the single cosine graph's computation row for row (segments there never attend to each
+other, and positions restart at each ``[CLS]``), with the query's tokens computed once instead
+of once per candidate. One difference: the single graph finds the segment boundary by counting
+``[CLS]`` ids, so a query whose text holds the literal ``[CLS]`` token splits there; the two
+graphs split where the template does.
 """
 
 from __future__ import annotations
@@ -22,9 +39,63 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+#: the cosine split's state, the prefix graph's output and the candidate graph's third input
+QUERY_EMBEDDING = "query_embedding"
+
 
 def n_layers(lm: nn.Module) -> int:
     return len(lm.get_decoder().layers)
+
+
+def _mean_unit(hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Mean of the real tokens' states, unit length (CosineScorer's embedding). The norm is spelt as
+    a sum of squares, not ``F.normalize``: opset 17's ``ReduceL2`` (axes as an attribute) is invalid in
+    the opset 21 that the int8 rewrite raises a graph to, while ``ReduceSum`` took axes as an input
+    from opset 13 on."""
+    weight = mask.unsqueeze(-1).float()
+    mean = (hidden.float() * weight).sum(1) / weight.sum(1).clamp_min(1.0)
+    return mean / mean.pow(2).sum(-1, keepdim=True).sqrt().clamp_min(1e-12)
+
+
+class QueryEmbeddingGraph(nn.Module):
+    """``input_ids [1, P] -> query_embedding [1, hidden]`` for a cosine student; ``P`` ends with the
+    document segment's ``[CLS]`` (the template's mid piece), which is not part of the query."""
+
+    def __init__(self, student: nn.Module):
+        super().__init__()
+        self.student = student
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        ids = input_ids[:, :-1]
+        mask = torch.ones_like(ids)
+        hidden = self.student.encoder(input_ids=ids, attention_mask=mask,
+                                      token_type_ids=torch.zeros_like(ids)).last_hidden_state
+        return _mean_unit(hidden, mask)
+
+
+class DocumentCosineGraph(nn.Module):
+    """``(input_ids [B, S], attention_mask [B, S], query_embedding [1, hidden]) -> label_logits``.
+
+    The rows are documents + ``[SEP]`` (the pair's suffix); ``[CLS]`` is prepended here. Positions
+    count real tokens only, so left padding leaves a row as it is alone. With ``right_padded`` the
+    encoder's own positions are those already, and the graph keeps the plain BERT pattern that
+    ONNX Runtime's transformer optimizer fuses.
+    """
+
+    def __init__(self, student: nn.Module, cls_token_id: int, right_padded: bool):
+        super().__init__()
+        self.student = student
+        self.cls_token_id = int(cls_token_id)
+        self.right_padded = right_padded
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, query_embedding: torch.Tensor) -> torch.Tensor:
+        ids = torch.cat([torch.full_like(input_ids[:, :1], self.cls_token_id), input_ids], dim=-1)
+        mask = torch.cat([torch.ones_like(attention_mask[:, :1]), attention_mask], dim=-1)
+        extra = {} if self.right_padded else {"position_ids": (mask.cumsum(-1) - 1).clamp(min=0)}
+        hidden = self.student.encoder(input_ids=ids, attention_mask=mask, token_type_ids=torch.zeros_like(ids),
+                                      **extra).last_hidden_state
+        cos = (_mean_unit(hidden, mask) * query_embedding).sum(-1, keepdim=True)
+        return self.student.head(cos).float()
 
 
 def _cache(lm: nn.Module):
