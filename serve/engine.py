@@ -18,9 +18,11 @@ finish before its deadline. So the queue holds at most about ``max_queue_delay_s
 memory stays bounded whatever arrives; ``max_concurrent_requests`` caps admitted requests as well.
 Cancelled or expired requests leave the queue before their pairs cost compute and are counted.
 
-A causal student served with prefix-reuse graphs scores a request as one unit (its shared prefix
-runs once, through :func:`score_encoded`), still in queue order. Every scoring thread runs at a lower
-CPU priority than the event loop (:data:`SCORING_NICE`).
+A student served with prefix-reuse graphs (causal or cosine) takes its micro-batches from one request
+at a time, in queue order (the candidate graph reads one prefix state per call): the first worker to
+reach a request runs its shared prefix once (the job's ``state``, under the job's own lock) and every
+worker scores its candidates' suffixes after it, so one request's micro-batches still spread over the
+workers. Every scoring thread runs at a lower CPU priority than the event loop (:data:`SCORING_NICE`).
 """
 
 from __future__ import annotations
@@ -34,13 +36,11 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from types import SimpleNamespace
 from typing import Literal
 
 import numpy as np
 
 from r3edge.core.errors import (
-    Cancelled,
     DeadlineExceeded,
     InvalidInput,
     Overloaded,
@@ -125,6 +125,7 @@ class _Job:
     t_arrive: float                  # perf_counter at arrival
     t_enqueue: float
     tokenize_s: float
+    suffixes: bool = False           # prefix reuse: pairs cost their suffix's tokens (the prefix runs once)
     lengths: list[int] = field(init=False)
     pending: list[int] = field(init=False)    # pair indices not yet taken by a micro-batch, shortest first
     truncated: np.ndarray = field(init=False)  # [n] bool: the document was cut
@@ -134,9 +135,11 @@ class _Job:
     t_first: float | None = None
     infer_s: float = 0.0
     dropped: DropReason | None = None
+    state: object = None             # prefix reuse: the prefix graph's output, computed once by the first worker
+    state_lock: threading.Lock = field(default_factory=threading.Lock)
 
     def __post_init__(self):
-        self.lengths = [len(e.input_ids) for e in self.encoded]
+        self.lengths = [len(e.suffix) if self.suffixes else len(e.input_ids) for e in self.encoded]
         self.pending = sorted(range(len(self.encoded)), key=lambda i: self.lengths[i])
         self.truncated = np.array([e.doc_tokens_dropped > 0 for e in self.encoded], dtype=bool)
         self.query_truncated = bool(self.encoded and self.encoded[0].query_tokens_dropped)
@@ -206,18 +209,22 @@ class Engine:
             t = time.perf_counter()
             n = self._warm_batch(pair)
             dt = time.perf_counter() - t
-        self.s_per_token = dt / float(n * len(pair.input_ids))
+        self.s_per_token = dt / float(n * self._pair_tokens(pair))
         self.metrics.token_rate.set(self.token_rate)
 
     def _warm_batch(self, pair: Encoded) -> int:
         """Score a budget's worth of copies of ``pair`` through the graphs that will serve; how many."""
-        n = max(1, min(self.max_batch_size, self.max_batch_tokens // len(pair.input_ids)))
+        n = max(1, min(self.max_batch_size, self.max_batch_tokens // self._pair_tokens(pair)))
         if self.prefix is not None:  # the single graph stays closed
             score_encoded(self.scorer, None, [pair] * n, max_batch_tokens=self.max_batch_tokens,
                           max_batch_size=self.max_batch_size, prefix=self.prefix)
         else:
             self.runtime.label_logits(*self.scorer.collate([pair] * n))
         return n
+
+    def _pair_tokens(self, pair: Encoded) -> int:
+        """The tokens a pair costs a micro-batch: its suffix on the prefix-reuse path."""
+        return len(pair.suffix) if self.prefix is not None else len(pair.input_ids)
 
     def stop(self, timeout: float = 30.0) -> None:
         """Stop batching; requests still queued fail with UNAVAILABLE (a server drains first)."""
@@ -321,7 +328,7 @@ class Engine:
             finally:
                 self._reserved_tokens -= reserved
             job = _Job(encoded, self.scorer.spec.n_labels, deadline, loop.create_future(), t_arrive,
-                       time.perf_counter(), tokenize_s)
+                       time.perf_counter(), tokenize_s, suffixes=self.prefix is not None)
             self.pair_tokens += RATE_EMA * (float(np.mean(job.lengths)) - self.pair_tokens)
             self._count_truncation(job)
             self._enqueue(job)
@@ -452,15 +459,11 @@ class Engine:
             self._settle(job, DeadlineExceeded("deadline exceeded while queued",
                                                "send a longer deadline, or retry when the server is less busy"))
 
-    def _next_batch_locked(self) -> list[tuple[_Job, int]] | _Job:
-        """The next micro-batch: ``[(job, pair index), ...]``, or a whole job on the prefix-reuse path."""
-        head = self._queue[0]
-        if self.prefix is not None:
-            self._unqueue_locked(head)
-            self._inflight_tokens += self._batch_tokens(head)
-            return head
+    def _next_batch_locked(self) -> list[tuple[_Job, int]]:
+        """The next micro-batch: ``[(job, pair index), ...]`` (of the oldest job only on the prefix-reuse
+        path, whose candidate graph reads one prefix state)."""
         window: list[tuple[_Job, int]] = []
-        for job in self._queue:
+        for job in [self._queue[0]] if self.prefix is not None else self._queue:
             window.extend((job, i) for i in job.pending[: PLANNING_WINDOW - len(window)])
             if len(window) >= PLANNING_WINDOW:
                 break
@@ -481,30 +484,38 @@ class Engine:
         return chosen
 
     @staticmethod
-    def _batch_tokens(batch: list[tuple[_Job, int]] | _Job) -> int:
-        """Tokens of a micro-batch (or a whole job), as counted in flight while it runs."""
-        return sum(batch.lengths) if isinstance(batch, _Job) else sum(j.lengths[i] for j, i in batch)
+    def _batch_tokens(batch: list[tuple[_Job, int]]) -> int:
+        """Tokens of a micro-batch, as counted in flight while it runs."""
+        return sum(j.lengths[i] for j, i in batch)
 
-    def _run_batch(self, batch: list[tuple[_Job, int]] | _Job) -> None:
+    def _prefix_state(self, job: _Job):
+        """The job's prefix state: computed by the first worker to need it, then shared."""
+        with job.state_lock:
+            if job.state is None:
+                job.state = self.prefix.prefix(np.asarray([job.encoded[0].prefix], dtype=np.int64))
+            return job.state
+
+    def _run_batch(self, batch: list[tuple[_Job, int]]) -> None:
         start = time.perf_counter()
-        jobs = [batch] if isinstance(batch, _Job) else list(dict.fromkeys(j for j, _ in batch))  # distinct, in order
+        jobs = list(dict.fromkeys(j for j, _ in batch))  # distinct, in order
         real = self._batch_tokens(batch)  # what _next_batch_locked counted in flight
         for job in jobs:
             if job.t_first is None:
                 job.t_first = start
         self._update_gauges()
         try:
-            if isinstance(batch, _Job):
+            if self.prefix is not None:  # one job (see _next_batch_locked)
+                job = jobs[0]
+                ids, mask = self.scorer.collate_ids([job.encoded[i].suffix for _, i in batch])
                 t_infer = time.perf_counter()
-                batch.logits[:] = self._run_whole_job(batch)
-                pairs, padded = len(batch.encoded), sum(batch.lengths)
+                logits = np.asarray(self.prefix.candidates(self._prefix_state(job), ids, mask), dtype=np.float32)
             else:
                 ids, mask = self.scorer.collate([j.encoded[i] for j, i in batch])
                 t_infer = time.perf_counter()
                 logits = np.asarray(self.runtime.label_logits(ids, mask), dtype=np.float32)
-                for row, (job, i) in enumerate(batch):
-                    job.logits[i] = logits[row]
-                pairs, padded = len(batch), int(ids.size)
+            for row, (job, i) in enumerate(batch):
+                job.logits[i] = logits[row]
+            pairs, padded = len(batch), int(ids.size)
         except BaseException as exc:
             err = exc if isinstance(exc, R3EdgeError) else R3EdgeError(f"scoring failed: {type(exc).__name__}: {exc}")
             if not isinstance(exc, R3EdgeError):
@@ -527,7 +538,7 @@ class Engine:
             self.s_per_token += RATE_EMA * (dt / max(real, 1) - self.s_per_token)
             for job in jobs:
                 job.infer_s += infer_s
-                job.remaining -= len(batch.encoded) if isinstance(batch, _Job) else sum(1 for j, _ in batch if j is job)
+                job.remaining -= sum(1 for j, _ in batch if j is job)
                 if job.remaining == 0 and job.dropped is None:
                     done.append(job)
         m = self.metrics
@@ -537,20 +548,4 @@ class Engine:
         m.batch_requests.observe(len(jobs))
         for job in done:
             self._settle(job, job.logits)
-
-    def _run_whole_job(self, job: _Job) -> np.ndarray:
-        """A causal student's request through its prefix-reuse graphs, stopping between micro-batches
-        once the request is cancelled or expired."""
-        def guarded(fn):
-            def run(*args):
-                if job.dropped is not None or (job.deadline is not None and time.monotonic() >= job.deadline):
-                    reason = job.dropped or "deadline"
-                    raise (DeadlineExceeded("deadline exceeded while scoring", "send a longer deadline or fewer candidates")
-                           if reason == "deadline" else Cancelled("request cancelled"))
-                return fn(*args)
-            return run
-
-        runner = SimpleNamespace(prefix=self.prefix.prefix, candidates=guarded(self.prefix.candidates))
-        return score_encoded(self.scorer, None, job.encoded, max_batch_tokens=self.max_batch_tokens,
-                             max_batch_size=self.max_batch_size, prefix=runner)
 

@@ -230,3 +230,49 @@ def test_server_uses_prefix_graphs_and_ranks_like_the_single_graph(artifact):
     assert np.all(np.diff(scores) <= 1e-5)
     assert len({r.score for r in single}) > 50  # scores really differ between candidates
     assert [r.id for r in reuse][:10] == [r.id for r in single][:10]
+
+
+def test_one_request_runs_its_prefix_once_and_spreads_its_candidates_over_the_workers(artifact):
+    """On the prefix path a request's micro-batches go to every worker (not one worker per request), and
+    its prefix graph runs once, whichever worker gets there first."""
+    import asyncio
+    import threading
+    import time
+
+    from r3edge.core.onnx_runtime import OnnxRuntime
+    from r3edge.serve.engine import Engine
+    from r3edge.serve.metrics import ServeMetrics
+
+    runtime = OnnxRuntime(artifact, threads=1)
+    runner = runtime.prefix
+    prefixes, threads = [], set()
+    prefix_fn, candidates_fn = runner.prefix, runner.candidates
+
+    def prefix(ids):
+        prefixes.append(threading.current_thread().name)
+        time.sleep(0.1)  # the other worker reaches the job meanwhile and must wait for this state
+        return prefix_fn(ids)
+
+    def candidates(cache, ids, mask):
+        threads.add(threading.current_thread().name)
+        time.sleep(0.05)
+        return candidates_fn(cache, ids, mask)
+
+    runner.prefix, runner.candidates = prefix, candidates
+    engine = Engine(runtime, ServeMetrics(), max_batch_tokens=1 << 20, max_batch_size=4, max_batch_wait_s=0.0,
+                    max_queue_delay_s=30.0, max_concurrent_requests=8, max_candidates=100, overflow="truncate",
+                    workers=2)
+    engine.start()
+    try:
+        prefixes.clear()
+        threads.clear()
+        qs, ds = _pairs()
+        scored = asyncio.run(engine.score(qs[0], ds))
+    finally:
+        engine.stop()
+    assert len(prefixes) == 1, prefixes
+    assert threads == {"r3edge-batcher-0", "r3edge-batcher-1"}, threads
+    from r3edge.core.scoring import score_pairs
+
+    ref = runtime.scorer.relevance(score_pairs(runtime.scorer, None, [qs[0]] * len(ds), ds, prefix=runner))[1]
+    np.testing.assert_allclose(scored.scores, ref, atol=1e-5, rtol=0)
