@@ -190,7 +190,8 @@ def plot(res: dict, path: Path) -> None:
     ax.set_xlabel("step")
     ax.set_ylabel("R³A reward (I_format · r_score)")
     ax.set_ylim(-0.02, 1.02)
-    ax.legend(loc="lower right")
+    # below the axes: inside, it hid the batch means of the later steps
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2, frameon=False)
     ax.set_title(f"GRPO from {Path(res['teacher_model']).name} (CPU)")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
