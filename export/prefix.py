@@ -1,4 +1,4 @@
-"""Export a causal student's prefix-reuse graphs: the shared prefix once per request.
+"""Export a causal or cosine student's prefix-reuse graphs: the shared prefix once per request.
 
 Every candidate of a request shares the template head, the query and the template's mid piece (47%
 of each pair's tokens for the demo student). ``r3edge export --prefix-reuse`` adds two graphs to the
