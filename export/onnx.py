@@ -335,16 +335,14 @@ def _export_prefix_reuse(lm, scorer, tmp: Path, queries, docs, ref, opts: Export
                                       exact=preset is None, batch_invariant=preset.batch_invariant if preset else True)
         except ParityError as exc:
             runner.close()
-            if name == "fp32":
-                for file in (fp32_entry["prefix"], fp32_entry["candidate"]):
-                    for p in tmp.glob(file + "*"):
-                        p.unlink()
             report["rejected"][f"prefix_reuse:{name}"] = {"check": str(exc.check), "what": exc.what}
             log(f"[export] WARNING: {name} prefix-reuse graphs rejected and left out of the artifact: {exc.what}")
+            # every variant's prefix graph is fp32's: without it no variant has prefix graphs
+            for file in (entry["prefix"], entry["candidate"]) if name == "fp32" else (entry["candidate"],):
+                for p in tmp.glob(file + "*"):
+                    p.unlink()
             if name == "fp32":
-                return {}  # every variant's prefix graph is fp32's
-            for p in tmp.glob(entry["candidate"] + "*"):
-                p.unlink()
+                return {}
             continue
         runner.close()
         rep["files"] = [entry["prefix"], entry["candidate"]]

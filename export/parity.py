@@ -160,14 +160,17 @@ def check_variant(
     batch_invariant: bool,
     tol: Tolerances = Tolerances(),
     prefix=None,
+    got: np.ndarray | None = None,
 ) -> dict:
     """Score the pairs with ``run`` (or the prefix-reuse graphs of ``prefix``), compare with the
     torch reference, raise on a hard failure.
 
     ``exact`` (fp32): logits must match to ``tol.atol``. ``batch_invariant``: the scheme claims
-    a pair's score does not depend on its batchmates, so that is enforced too.
+    a pair's score does not depend on its batchmates, so that is enforced too. ``got``: the same
+    scoring, when the caller already has it (micro-batches of 8).
     """
-    got = score_pairs(scorer, run, queries, docs, max_batch_size=8, prefix=prefix)
+    if got is None:
+        got = score_pairs(scorer, run, queries, docs, max_batch_size=8, prefix=prefix)
     if got.shape != ref_logits.shape:
         raise ShapeError(variant, f"label_logits {got.shape} vs torch {ref_logits.shape}",
                           "the graph's output is not [batch, n_labels]; re-export")

@@ -171,10 +171,10 @@ def check_prefix_graphs(scorer: Scorer, runner, ref_logits: np.ndarray, queries:
     ``single``, if given, is the exported single graph's runner (of the same variant); the report then
     also holds the difference to it (what a server switching paths would see).
     """
+    got = score_pairs(scorer, None, queries, docs, max_batch_size=8, prefix=runner)
     report = check_variant(variant, scorer, None, ref_logits, queries, docs, exact=exact,
-                           batch_invariant=batch_invariant, tol=tol, prefix=runner)
+                           batch_invariant=batch_invariant, tol=tol, prefix=runner, got=got)
     if single is not None:
-        got = score_pairs(scorer, None, queries, docs, max_batch_size=8, prefix=runner)
         report["max_abs_logit_diff_vs_single_graph"] = float(
             np.abs(score_pairs(scorer, single, queries, docs, max_batch_size=8) - got).max())
     return report

@@ -39,22 +39,14 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from r3edge.model.student import mean_unit_embedding
+
 #: the cosine split's state, the prefix graph's output and the candidate graph's third input
 QUERY_EMBEDDING = "query_embedding"
 
 
 def n_layers(lm: nn.Module) -> int:
     return len(lm.get_decoder().layers)
-
-
-def _mean_unit(hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Mean of the real tokens' states, unit length (CosineScorer's embedding). The norm is spelt as
-    a sum of squares, not ``F.normalize``: opset 17's ``ReduceL2`` (axes as an attribute) is invalid in
-    the opset 21 that the int8 rewrite raises a graph to, while ``ReduceSum`` took axes as an input
-    from opset 13 on."""
-    weight = mask.unsqueeze(-1).float()
-    mean = (hidden.float() * weight).sum(1) / weight.sum(1).clamp_min(1.0)
-    return mean / mean.pow(2).sum(-1, keepdim=True).sqrt().clamp_min(1e-12)
 
 
 class QueryEmbeddingGraph(nn.Module):
@@ -70,7 +62,7 @@ class QueryEmbeddingGraph(nn.Module):
         mask = torch.ones_like(ids)
         hidden = self.student.encoder(input_ids=ids, attention_mask=mask,
                                       token_type_ids=torch.zeros_like(ids)).last_hidden_state
-        return _mean_unit(hidden, mask)
+        return mean_unit_embedding(hidden, mask)
 
 
 class DocumentCosineGraph(nn.Module):
@@ -94,7 +86,7 @@ class DocumentCosineGraph(nn.Module):
         extra = {} if self.right_padded else {"position_ids": (mask.cumsum(-1) - 1).clamp(min=0)}
         hidden = self.student.encoder(input_ids=ids, attention_mask=mask, token_type_ids=torch.zeros_like(ids),
                                       **extra).last_hidden_state
-        cos = (_mean_unit(hidden, mask) * query_embedding).sum(-1, keepdim=True)
+        cos = (mean_unit_embedding(hidden, mask) * query_embedding).sum(-1, keepdim=True)
         return self.student.head(cos).float()
 
 

@@ -26,7 +26,6 @@ from pathlib import Path
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from r3edge.core.config import StudentConfig
@@ -155,6 +154,17 @@ class CosineStudent(nn.Module):
         return student
 
 
+def mean_unit_embedding(hidden: torch.Tensor, member: torch.Tensor) -> torch.Tensor:
+    """The cosine student's embedding: the mean of the member tokens' states (``member`` [B, S], 1 for a
+    token of the text), at unit length. The one definition both the single cosine graph and the
+    prefix-reuse graphs (:mod:`r3edge.model.prefix`) use. The norm is spelt as a sum of squares, not
+    ``F.normalize``: opset 17's ``ReduceL2`` (axes as an attribute) is invalid in the opset 21 that the
+    int8 rewrite raises a graph to, while ``ReduceSum`` takes axes as an input from opset 13 on."""
+    weight = member.unsqueeze(-1).float()
+    mean = (hidden.float() * weight).sum(1) / weight.sum(1).clamp_min(1.0)
+    return mean / mean.pow(2).sum(-1, keepdim=True).sqrt().clamp_min(1e-12)
+
+
 class CosineScorer(nn.Module):
     """``(input_ids, attention_mask) -> label_logits`` for a :class:`CosineStudent`.
 
@@ -184,11 +194,7 @@ class CosineScorer(nn.Module):
         hidden = encoder(input_ids=input_ids, attention_mask=mask, position_ids=positions,
                          token_type_ids=torch.zeros_like(input_ids)).last_hidden_state.float()
 
-        def embed(member: torch.Tensor) -> torch.Tensor:
-            weight = member.unsqueeze(-1).float()
-            return F.normalize((hidden * weight).sum(1) / weight.sum(1).clamp_min(1.0), dim=-1)
-
-        return (embed(query) * embed(doc)).sum(-1, keepdim=True)
+        return (mean_unit_embedding(hidden, query) * mean_unit_embedding(hidden, doc)).sum(-1, keepdim=True)
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         return self.student.head(self.cosines(input_ids, attention_mask)).float()
