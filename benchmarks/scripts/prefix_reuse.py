@@ -27,6 +27,7 @@ Smoke test (tiny random Qwen2, a minute):  .venv/bin/python benchmarks/scripts/p
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import statistics
@@ -55,55 +56,66 @@ def log(*a):
     print(f"[{time.strftime('%H:%M:%S')}]", *a, flush=True)
 
 
-def build_artifact(work: Path, config: str, variants: tuple[str, ...], calib: Path | None, max_calib: int = 64) -> Path:
-    """Student (``config``) -> artifact with ``variants`` and their prefix-reuse graphs, once."""
+def build_student(work: Path, config: str) -> Path:
+    """The student of ``config`` (weights as the config says, untrained as a reranker), once."""
     from r3edge.core.config import StudentConfig, load_yaml
-    from r3edge.export.onnx import export_artifact
     from r3edge.model.student import create_student, save_student
 
-    student, artifact = work / "student", work / "artifact"
+    student = work / "student"
     if not (student / "scorer.json").is_file():
         lm, scorer = create_student(load_yaml(config, StudentConfig))
         save_student(lm, scorer, student)
         del lm
+    return student
+
+
+def build_artifact(work: Path, student: Path, variants: tuple[str, ...], calib: Path | None, max_calib: int = 64) -> Path:
+    """The student's artifact with ``variants`` and their prefix-reuse graphs, once."""
+    from r3edge.export.onnx import export_artifact
+
+    artifact = work / "artifact"
     if not (artifact / "manifest.json").is_file():
         export_artifact(student, artifact, variants=variants, prefix_reuse=True, threads=2, log=log,
                         calib_pairs=calib, max_calib=max_calib)
     return artifact
 
 
-def calib_pairs(path: Path, out: Path, skip: int, n: int) -> Path:
-    """``n`` pairs of the requests after the ``skip`` timed ones (calibration never sees a timed request),
-    with the same query as the timed requests: the question's subject line."""
+def subject(query: str) -> str:
+    """A SemEval question's subject line: the query of the timed and calibration requests."""
+    return query.split("\n", 1)[0].strip()
+
+
+def usable(path: Path, tokenizer, max_query_tokens: int):
+    """``(question, subject line)`` of the top-100 lists whose subject line fits the query budget, in file order."""
+    from r3edge.core.pairs import read_queries
+
+    for q in read_queries(path):
+        line = subject(q.query)
+        if len(q.candidates) >= 100 and line and \
+                len(tokenizer.encode(line, add_special_tokens=False).ids) <= max_query_tokens:
+            yield q, line
+
+
+def requests(path: Path, n: int, tokenizer, max_query_tokens: int) -> list[tuple[str, list[str]]]:
+    """The first ``n`` usable top-100 lists (:func:`usable`) as (subject line, 100 documents)."""
+    return [(line, [c.text for c in q.candidates[:100]])
+            for q, line in itertools.islice(usable(path, tokenizer, max_query_tokens), n)]
+
+
+def calib_pairs(path: Path, out: Path, tokenizer, max_query_tokens: int, skip: int, n: int) -> Path:
+    """``n`` pairs of the usable lists after the ``skip`` timed ones (calibration never sees a timed
+    request), with the same query as the timed requests: the question's subject line."""
     import dataclasses
 
-    from r3edge.core.pairs import read_queries, write_queries
+    from r3edge.core.pairs import write_queries
 
-    qs = [q for q in read_queries(path) if len(q.candidates) >= 100 and q.query.split("\n", 1)[0].strip()][skip:]
     picked, total = [], 0
-    for q in qs:
-        picked.append(dataclasses.replace(q, query=q.query.split("\n", 1)[0].strip(), candidates=q.candidates[:n - total]))
+    for q, line in itertools.islice(usable(path, tokenizer, max_query_tokens), skip, None):
+        picked.append(dataclasses.replace(q, query=line, candidates=q.candidates[:n - total]))
         total += len(picked[-1].candidates)
         if total >= n:
             break
     write_queries(out, picked)
-    return out
-
-
-def requests(path: Path, n: int, tokenizer, max_query_tokens: int) -> list[tuple[str, list[str]]]:
-    """The first ``n`` top-100 lists whose subject line fits the query budget."""
-    from r3edge.core.pairs import read_queries
-
-    out = []
-    for q in read_queries(path):
-        subject = q.query.split("\n", 1)[0].strip()
-        if len(q.candidates) < 100 or not subject:
-            continue
-        if len(tokenizer.encode(subject, add_special_tokens=False).ids) > max_query_tokens:
-            continue
-        out.append((subject, [c.text for c in q.candidates[:100]]))
-        if len(out) == n:
-            break
     return out
 
 
@@ -355,16 +367,21 @@ def main(argv=None) -> dict:
 
     work, out = Path(args.work), Path(args.out)
     work.mkdir(parents=True, exist_ok=True)
+    from r3edge.core.scoring import Scorer
+
     variants = tuple(args.variants.split(","))
-    calib = None if variants == ("fp32",) else calib_pairs(Path(args.data), work / "calib.jsonl", args.requests,
-                                                           args.calib_pairs)
-    artifact = build_artifact(work, "qwen2-tiny" if args.smoke else args.student, variants, calib, args.calib_pairs)
+    student = build_student(work, "qwen2-tiny" if args.smoke else args.student)
+    contract = Scorer.load(student)
+    budget = (contract.tokenizer, contract.spec.max_query_tokens)
+    calib = None if variants == ("fp32",) else calib_pairs(Path(args.data), work / "calib.jsonl", *budget,
+                                                           args.requests, args.calib_pairs)
+    artifact = build_artifact(work, student, variants, calib, args.calib_pairs)
     report = json.loads((artifact / "export_report.json").read_text())
     runtimes = {v: OnnxRuntime(artifact, variant=v, threads=args.threads)
                 for v in variants if v in json.loads((artifact / "manifest.json").read_text())["prefix_graphs"]}
     rt = runtimes["fp32"]
     assert rt.prefix is not None, "the artifact has no prefix-reuse graphs"
-    reqs = requests(Path(args.data), args.requests, rt.scorer.tokenizer, rt.scorer.spec.max_query_tokens)
+    reqs = requests(Path(args.data), args.requests, *budget)
     log(f"{len(reqs)} requests; queries {[q for q, _ in reqs]}")
     rows = []
     for extra in [int(x) for x in args.extra_head_tokens.split(",")]:
