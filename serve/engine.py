@@ -125,8 +125,7 @@ class _Job:
     t_arrive: float                  # perf_counter at arrival
     t_enqueue: float
     tokenize_s: float
-    suffixes: bool = False           # prefix reuse: pairs cost their suffix's tokens (the prefix runs once)
-    lengths: list[int] = field(init=False)
+    lengths: list[int]               # what each pair costs a micro-batch, in tokens (Engine._pair_tokens)
     pending: list[int] = field(init=False)    # pair indices not yet taken by a micro-batch, shortest first
     truncated: np.ndarray = field(init=False)  # [n] bool: the document was cut
     query_truncated: bool = field(init=False)
@@ -139,7 +138,6 @@ class _Job:
     state_lock: threading.Lock = field(default_factory=threading.Lock)
 
     def __post_init__(self):
-        self.lengths = [len(e.suffix) if self.suffixes else len(e.input_ids) for e in self.encoded]
         self.pending = sorted(range(len(self.encoded)), key=lambda i: self.lengths[i])
         self.truncated = np.array([e.doc_tokens_dropped > 0 for e in self.encoded], dtype=bool)
         self.query_truncated = bool(self.encoded and self.encoded[0].query_tokens_dropped)
@@ -328,7 +326,7 @@ class Engine:
             finally:
                 self._reserved_tokens -= reserved
             job = _Job(encoded, self.scorer.spec.n_labels, deadline, loop.create_future(), t_arrive,
-                       time.perf_counter(), tokenize_s, suffixes=self.prefix is not None)
+                       time.perf_counter(), tokenize_s, [self._pair_tokens(e) for e in encoded])
             self.pair_tokens += RATE_EMA * (float(np.mean(job.lengths)) - self.pair_tokens)
             self._count_truncation(job)
             self._enqueue(job)
