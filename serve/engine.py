@@ -323,6 +323,13 @@ class Engine:
                 encoded = await loop.run_in_executor(self._tokenizer_pool, self._encode, query, docs, doc_field,
                                                      validate)
                 tokenize_s = time.perf_counter() - t
+            except asyncio.CancelledError:
+                # cancelled while tokenising: its pairs never reach the queue, and are counted as dropped
+                # like those of a cancelled queued request
+                reason = drop_reason(deadline)
+                self.metrics.dropped_requests.labels(reason).inc()
+                self.metrics.dropped_pairs.labels(reason).inc(len(docs))
+                raise
             finally:
                 self._reserved_tokens -= reserved
             job = _Job(encoded, self.scorer.spec.n_labels, deadline, loop.create_future(), t_arrive,
