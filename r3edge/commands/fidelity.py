@@ -50,9 +50,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="where the cold start and labelling ran when not on this machine (e.g. 'NVIDIA H100 80GB, "
                              "device run'); the report names it beside the teacher's latency")
     parser.add_argument("--labels", default=None, metavar="DIR",
-                        help="teacher labels made earlier (DIR/train, DIR/dev and the teacher's DIR/sft_report.json, e.g. "
-                             "committed ones): copied into --out, and the teacher is neither trained nor run, so the "
-                             "students can be rebuilt on a CPU")
+                        help="teacher labels made earlier (DIR/train, DIR/dev and, for a cold-started teacher, its "
+                             "DIR/sft_report.json; e.g. committed ones): copied into --out, and the teacher is neither "
+                             "trained nor run, so the students can be rebuilt on a CPU. Without sft_report.json the "
+                             "labels' teacher is reported as a zero-shot judge (its model and config from the manifest)")
     parser.add_argument("--until", default=None, choices=["teacher", "label"],
                         help="stop after this stage (e.g. cold start and labels on a GPU machine, students on the CPU)")
     parser.add_argument("--requests", type=int, default=10, help="top-100 requests per student variant for latency")
@@ -155,8 +156,11 @@ def _given_labels(args, out: Path):
         if not (out / "labels" / split).exists():
             shutil.copytree(given / split, out / "labels" / split)
     teacher_dir.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(given / "sft_report.json", teacher_dir / "sft_report.json")
-    print(f"labels and the teacher's report from {given}; the teacher is not trained here")
+    if (given / "sft_report.json").is_file():
+        shutil.copyfile(given / "sft_report.json", teacher_dir / "sft_report.json")
+        print(f"labels and the teacher's report from {given}; the teacher is not trained here")
+    else:
+        print(f"labels from {given}, by a zero-shot judge (no sft_report.json); the teacher is not run here")
     return load_sft_config(args.sft_config), teacher_dir
 
 
@@ -230,11 +234,9 @@ def _results(args, dev, bench: dict, names: list[str], dev_manifest: dict, teach
     # Measured: the teacher's whole dev labelling run divided by its questions (every candidate of a
     # question is in flight together on the server), not an estimate from per-record latencies.
     per_q_ms = 1e3 * wall / len(dev) if wall else None
-    import json
-
-    sft_report = json.loads((teacher_dir / "sft_report.json").read_text())
-    teacher = system_entry(teacher_row, model=f"{sft_report.get('base_model')} cold-started ({args.sft_config})",
-                           format_failures=summary.get("format_failures"), repairs=summary.get("repairs"))
+    sft_report, model = _teacher_model(teacher_dir, args.sft_config, dev_manifest)
+    teacher = system_entry(teacher_row, model=model, format_failures=summary.get("format_failures"),
+                           repairs=summary.get("repairs"))
     teacher["latency_ms_top100"] = {"p50": per_q_ms, "p95": None}
     where = args.stages_on or "this machine"
     teacher["latency_source"] = f"measured: dev labelling wall time / questions, on {where}"
@@ -253,13 +255,14 @@ def _results(args, dev, bench: dict, names: list[str], dev_manifest: dict, teach
         "split": "dev",
         "machine": first["machine"],
         "settings": {"data": str(args.data), "dev_queries": len(dev), "train_queries": args.train_queries or "all",
-                     "students": names, "recommended_student": names[0], "sft_config": args.sft_config,
+                     "students": names, "recommended_student": names[0],
+                     "sft_config": args.sft_config if sft_report else None, "teacher": dev_manifest.get("teacher"),
                      "labelling": "vllm" if (args.vllm or args.base_url) else "transformers",
                      "cold_start_and_labelling_on": where,
                      "requests_per_variant": args.requests, "wall_s": round(wall_s, 1),
                      "teacher_cold_start": {k: sft_report.get(k) for k in (
                          "base_model", "trained", "trained_by_label", "earlier_round_examples", "tokens", "epochs",
-                         "steps", "wall_time_s", "tokens_per_s", "loss_first", "loss_last")},
+                         "steps", "wall_time_s", "tokens_per_s", "loss_first", "loss_last")} if sft_report else None,
                      "teacher_labelling": summary},
         "systems": systems,
     }
@@ -277,6 +280,17 @@ def _results(args, dev, bench: dict, names: list[str], dev_manifest: dict, teach
     if len(dev) < 50:
         results["notes"].append(f"Evaluated on a seeded sample of {len(dev)} of the 50 dev questions (--dev-queries).")
     return results
+
+
+def _teacher_model(teacher_dir: Path, sft_config: str, dev_manifest: dict) -> tuple[dict | None, str]:
+    """The teacher's cold-start report (None for a zero-shot judge's given labels) and how its row names it."""
+    import json
+
+    path = teacher_dir / "sft_report.json"
+    if path.is_file():
+        report = json.loads(path.read_text())
+        return report, f"{report.get('base_model')} cold-started ({sft_config})"
+    return None, f"{dev_manifest.get('teacher_model')} zero-shot ({dev_manifest.get('teacher')})"
 
 
 def _base_floors(dev, names: list[str], values) -> dict:

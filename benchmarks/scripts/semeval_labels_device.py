@@ -1,0 +1,245 @@
+"""Label SemEval-2016 CQA with the packaged Qwen2.5-Coder-1.5B-Instruct score-only judge on a lent GPU.
+
+The 2-core CPU labels this judge at ~0.15 pairs/s (benchmarks/results/judge-qwen-coder-cpu-2core), so the
+fidelity run's teacher labels (C dev: 50 questions x 100 comments; C train: 67 x 100) and the extra subtask A
+train pairs are made on a GPU machine, in-process (transformers; `label_pairs`, the code `r3edge label`
+runs), and brought back to be committed; the students are then rebuilt on a CPU by
+``r3edge fidelity --labels DIR``.
+
+A device machine has no network: the GGUF travels in pieces (each call carries at most 64 MiB), cut at
+fixed byte offsets, not at the packages' part boundaries. ``--pieces DIR`` stands in for the 22 weight
+packages with modules whose ``get_part_path()`` returns the pieces in order (the last packages an empty
+file), so the reassembly still goes through :func:`r3edge.model.gguf_parts.assemble_gguf` and its pinned
+size and sha256 check.
+
+    prepare (here):  python benchmarks/scripts/semeval_labels_device.py prepare --pairs DIR --pieces DIR
+    label (there):   python3 benchmarks/scripts/semeval_labels_device.py label --pairs DIR --pieces DIR \\
+                         --labels DIR --tar-to "$OUT" [--teacher CONFIG --splits dev --suffix -r3a]
+    report (here):   python benchmarks/scripts/semeval_labels_device.py report --pairs DIR --labels DIR --out DIR
+
+``label`` resumes (label_pairs is resumable), tars each finished split's labels directory into --tar-to and
+writes run.json (machine, versions, wall time and pairs/s per split) after every split. ``report`` ranks C dev
+by each labelled protocol's expected grade (and by the mean of their probabilities) beside the floors of issue
+21's goal (first-stage order, BM25, the base encoder by cosine) and writes report.md and results.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import tarfile
+import time
+from pathlib import Path
+
+TEACHER = "score-only-qwen-coder-1.5b"
+REF = "package:qwen2.5-coder-1.5b-instruct"
+PIECE = 60_000_000  # bytes per piece: a piece + the checkout + the wheels stay under a call's 64 MiB
+SPLITS = ("dev", "train", "a-train")  # fidelity's dev.jsonl and train.jsonl, then subtask A train
+
+
+def prepare(args) -> int:
+    """Write the pairs files (fidelity's seeded samples, all questions) and cut the GGUF into pieces."""
+    from r3edge.commands.fidelity import _data
+    from r3edge.core.pairs import write_queries
+    from r3edge.distill.datasets import semeval_queries
+    from r3edge.model.gguf_parts import part_paths
+    from r3edge.model.loading import PACKAGED_GGUFS
+
+    pairs = Path(args.pairs)
+    pairs.mkdir(parents=True, exist_ok=True)
+    ns = argparse.Namespace(data=args.data, sft_queries=60, train_queries=None, dev_queries=None, seed=0)
+    _data(ns, pairs / "sft-gold.jsonl", pairs / "train.jsonl", pairs / "dev.jsonl")
+    write_queries(pairs / "a-train.jsonl", semeval_queries(args.data, "A", "train"))
+    pieces = Path(args.pieces)
+    pieces.mkdir(parents=True, exist_ok=True)
+    k, buf = 0, bytearray()
+    for part in part_paths(PACKAGED_GGUFS[REF]):
+        with part.open("rb") as src:
+            while block := src.read(1 << 22):
+                buf += block
+                while len(buf) >= PIECE:
+                    (pieces / f"p{k:02d}").write_bytes(buf[:PIECE])
+                    del buf[:PIECE]
+                    k += 1
+    if buf:
+        (pieces / f"p{k:02d}").write_bytes(buf)
+        k += 1
+    print(f"{k} pieces of <= {PIECE:,} bytes in {pieces}; pairs in {pairs}")
+    return 0
+
+
+def _stand_in_packages(pieces: Path, root: Path) -> None:
+    """Modules named like the weight packages whose parts are the pieces, in order."""
+    from r3edge.model.loading import PACKAGED_GGUFS
+
+    pkg = PACKAGED_GGUFS[REF]
+    files = sorted(pieces.glob("p[0-9][0-9]"))
+    if len(files) > pkg.n_parts:
+        raise SystemExit(f"{len(files)} pieces for {pkg.n_parts} package slots")
+    empty = root / "empty.bin"
+    empty.parent.mkdir(parents=True, exist_ok=True)
+    empty.write_bytes(b"")
+    for i in range(1, pkg.n_parts + 1):
+        mod = root / pkg.module.format(i)
+        mod.mkdir(parents=True, exist_ok=True)
+        target = files[i - 1].resolve() if i <= len(files) else empty
+        (mod / "__init__.py").write_text(f"def get_part_path():\n    return {str(target)!r}\n")
+    sys.path.insert(0, str(root))
+
+
+def _machine() -> dict:
+    import torch
+    import transformers
+
+    gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
+    return {"gpu": gpu, "torch": torch.__version__, "cuda": torch.version.cuda, "transformers": transformers.__version__,
+            "python": platform.python_version(), "cpu_count": os.cpu_count()}
+
+
+def label(args) -> int:
+    from r3edge.core.labels import read_manifest
+    from r3edge.distill.teacher import label_pairs
+
+    _stand_in_packages(Path(args.pieces), Path(args.stubs))
+    tar_to = Path(args.tar_to)
+    tar_to.mkdir(parents=True, exist_ok=True)
+    run = {"teacher": args.teacher, "machine": _machine(), "batch_size": args.batch_size, "splits": {}}
+    for split in args.splits.split(","):
+        t0 = time.time()
+        out = Path(args.labels) / f"{split}{args.suffix}"
+        label_pairs(Path(args.pairs) / f"{split}.jsonl", args.teacher, out, batch_size=args.batch_size,
+                    shard_size=args.shard_size, limit=args.limit, stream=sys.stdout)
+        wall = time.time() - t0
+        man = read_manifest(out)
+        run["splits"][split] = {"pairs": man.get("n_done"), "complete": man.get("complete"), "wall_s": round(wall, 1),
+                                "pairs_per_s_incl_load": round((man.get("n_done") or 0) / wall, 1)}
+        with tarfile.open(tar_to / f"labels-{out.name}.tar", "w") as tar:
+            tar.add(out, arcname=out.name)
+        (tar_to / "run.json").write_text(json.dumps(run, indent=2))
+        print(json.dumps({split: run["splits"][split]}), flush=True)
+    return 0
+
+
+def _dev_rows(labels: Path, dev) -> dict[str, dict]:
+    """Each labelled protocol's metrics on C dev, and the mean of their probabilities when both exist."""
+    import numpy as np
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from judge_semeval_slice import judge_metrics
+
+    from r3edge.core.labels import read_labels, read_manifest
+    from r3edge.core.metrics import relevance_metrics
+
+    rows: dict[str, dict] = {}
+    for name, sub in (("score-only", "dev"), ("R³A two-round, zero-shot", "dev-r3a")):
+        if (labels / sub / "manifest.json").is_file():
+            m = read_manifest(labels / sub)
+            rows[name] = {**judge_metrics(labels / sub, dev), "dir": sub,
+                          "completion_tokens": m["summary"]["completion_tokens"]}
+    if len(rows) == 2:
+        probs = [{(r["qid"], r["docid"]): np.asarray(r["probs"]) for r in read_labels(labels / v["dir"]).to_pylist()}
+                 for v in rows.values()]
+        pairs = [(q.qid, c) for q in dev for c in q.candidates if c.label is not None]
+        got = relevance_metrics(np.asarray([c.label for _, c in pairs]),
+                                np.asarray([(probs[0][(q, c.docid)] + probs[1][(q, c.docid)]) / 2 for q, c in pairs]),
+                                [q for q, _ in pairs], read_manifest(labels / "dev")["label_values"])
+        rows["mean of both protocols' probabilities"] = {k: got[k] for k in ("ndcg@10", "accuracy", "f1_macro", "ece")}
+    return rows
+
+
+def report(args) -> int:
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from judge_semeval_slice import floors
+
+    from r3edge.core.labels import read_manifest
+    from r3edge.core.pairs import read_queries
+
+    labels, out = Path(args.labels), Path(args.out)
+    dev = read_queries(Path(args.pairs) / "dev.jsonl")
+    run = json.loads((labels / "run.json").read_text())
+    rows = _dev_rows(labels, dev)
+    floor = floors(dev, read_manifest(labels / "dev")["label_values"])
+    train = {sub: read_manifest(labels / sub)["summary"] for sub in ("train", "a-train") if (labels / sub).is_dir()}
+    result = {"labelled_on": run["machine"], "dev": rows, "floors": floor, "train_labels": train}
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "results.json").write_text(json.dumps(result, indent=2, default=float) + "\n")
+    text = _markdown(result)
+    (out / "report.md").write_text(text)
+    print(text)
+    return 0
+
+
+def _markdown(r: dict) -> str:
+    mach, f = r["labelled_on"], r["floors"]
+    first, base = f["first_stage"]["ndcg@10"], f["base_cosine"]["ndcg@10"]
+
+    def cell(v, fmt=".3f"):
+        return "–" if v is None else format(v, fmt)
+
+    lines = [
+        "# Qwen2.5-Coder-1.5B-Instruct as the SemEval teacher: both protocols on all of C dev",
+        "",
+        f"Labelled on one {mach['gpu']} (lent device machine; torch {mach['torch']}, transformers "
+        f"{mach['transformers']}, in-process `label_pairs`, bf16) from the packaged Q4_K_M GGUF; ranked and scored "
+        f"on a CPU. nDCG@10 over the {f['first_stage']['ndcg_queries']} C dev questions with a relevant comment.",
+        "",
+        "| system | nDCG@10 | accuracy | macro-F1 | AUC 0/12 | AUC 01/2 | ECE | argmax labels | format failures "
+        "| tokens in / out per pair | labelling s (5,000 pairs) |",
+        "|---|---:|---:|---:|---:|---:|---:|---|---:|---|---:|",
+    ]
+    for name, m in r["dev"].items():
+        per = (f"{m['prompt_tokens'] / m['pairs']:.0f} / {m['completion_tokens'] / m['pairs']:.0f}"
+               if "pairs" in m else "–")
+        lines.append(f"| {name} | {m['ndcg@10']:.3f} | {m['accuracy']:.3f} | {m['f1_macro']:.3f} | "
+                     f"{cell(m.get('auc_0_12'))} | {cell(m.get('auc_01_2'))} | {cell(m.get('ece'))} | "
+                     f"{m.get('labels', '–')} | {m.get('format_failures', '–')} | {per} | {cell(m.get('wall_s'), '.1f')} |")
+    lines += [
+        f"| first-stage order (the forum's ranking) | {first:.3f} | | | | | | | | | |",
+        f"| BM25 (bm25s over each question's comments) | {f['bm25']['ndcg@10']:.3f} | | | | | | | | | |",
+        f"| base encoder by cosine ({f['base_cosine']['system']}, no training) | {base:.3f} | | | | | | | | | |",
+        f"| majority class (always {f['majority']['label']}) | | {f['majority']['accuracy']:.3f} | "
+        f"{f['majority']['macro_f1']:.3f} | | | | | | | |",
+        "",
+        "Issue 21's teacher goal is nDCG@10 above the first-stage order and above the base encoder's cosine:",
+    ]
+    for name, m in r["dev"].items():
+        lines.append(f"- {name}: {m['ndcg@10'] - first:+.3f} vs the first-stage order, {m['ndcg@10'] - base:+.3f} vs the "
+                     f"base encoder: **{'met' if m['ndcg@10'] > max(first, base) else 'missed'}**.")
+    lines += ["", "Training labels (score-only, for the students):", ""]
+    for sub, s in r["train_labels"].items():
+        lines.append(f"- `{sub}`: {s['pairs']} pairs, argmax labels {s['labels']}, labelled in {s['wall_s']:.1f} s.")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    p = sub.add_parser("prepare")
+    p.add_argument("--data", default="../shared/data/semeval2016-cqa")
+    p.add_argument("--pairs", required=True)
+    p.add_argument("--pieces", required=True)
+    p = sub.add_parser("label")
+    p.add_argument("--pairs", required=True)
+    p.add_argument("--pieces", required=True)
+    p.add_argument("--stubs", default="/tmp/r3edge-stubs")
+    p.add_argument("--labels", required=True)
+    p.add_argument("--tar-to", required=True)
+    p.add_argument("--splits", default=",".join(SPLITS))
+    p.add_argument("--teacher", default=TEACHER, help="teacher config")
+    p.add_argument("--suffix", default="", help="appended to each split's labels directory name")
+    p.add_argument("--batch-size", type=int, default=128)
+    p.add_argument("--shard-size", type=int, default=512)
+    p.add_argument("--limit", type=int, default=None, help="pairs per split (a smoke run)")
+    p = sub.add_parser("report")
+    p.add_argument("--pairs", required=True)
+    p.add_argument("--labels", required=True, help="holds dev/ (score-only) and dev-r3a/ (R³A two-round)")
+    p.add_argument("--out", required=True)
+    args = ap.parse_args()
+    return {"prepare": prepare, "label": label, "report": report}[args.cmd](args)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
