@@ -28,6 +28,7 @@ from transformers import Trainer, TrainerCallback, set_seed
 from r3edge.core.config import StudentConfig, TrainParams, load_yaml
 from r3edge.core.errors import InvalidInput
 from r3edge.core.labels import read_labels, read_manifest
+from r3edge.core.progress import Progress
 from r3edge.core.scoring import Encoded, Scorer
 from r3edge.distill.hf_trainer import ProgressCallback, training_arguments
 from r3edge.distill.losses import expected_scores, listwise_kl, margin_mse
@@ -202,11 +203,14 @@ def fit_cosine_head(graph: torch.nn.Module, collator: DistillCollator, dataset: 
     cos = torch.empty(len(rows), 1)
     was_training = graph.training
     graph.eval()
+    bar = Progress(len(rows), "train: cosines for the head (encoder frozen)", every_s=10.0)
     with torch.no_grad():
         for start in range(0, len(order), 64):
             idx = order[start : start + 64]
             batch = collator([rows[i] for i in idx])
             cos[idx] = graph.cosines(batch["input_ids"], batch["attention_mask"]).float()
+            bar.update(len(idx))
+    bar.close()
     graph.train(was_training)
     inputs = collator.targets(rows)
     head = graph.student.head

@@ -102,8 +102,14 @@ def main() -> None:
                      "train_pairs": report["n_examples"]["trained_on"], "train_s": report["wall_time_s"],
                      "wall_s": round(time.time() - t0, 1)})
         print(json.dumps(rows[-1]), flush=True)
+    if args.labels:  # the given labels' own questions, not the sample the gold proxy would have used
+        from r3edge.core.labels import read_labels
+
+        train_n = len(set(read_labels(labels, columns=["qid"]).column("qid").to_pylist()))
+    else:
+        train_n = len(train_q)
     results = {"machine": machine_info(), "labels": str(labels), "gold_proxy": args.labels is None,
-               "smoothing": args.smoothing, "train_queries": len(train_q),
+               "smoothing": args.smoothing, "train_queries": train_n,
                "sets": {k: {"queries": len(v), "pairs": sum(len(q.candidates) for q in v)} for k, v in sets.items()},
                "rows": rows}
     (out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
@@ -134,7 +140,8 @@ def markdown(results: dict, args) -> str:
             lines.append(f"- {r['system']}: trained on {r['train_pairs']} pairs in {r['train_s']:.0f} s; within 0.01 of "
                          f"its base or above on {len(kept)} of {len(sets)} sets ({', '.join(kept) or 'none'}).")
     cmd = ("python benchmarks/scripts/base_preservation.py --out " + str(args.out) + f" --students {args.students} "
-           f"--train-queries {args.train_queries} --c-dev-queries {args.c_dev_queries} --a-dev-queries {args.a_dev_queries}")
+           f"--train-queries {args.train_queries} --c-dev-queries {args.c_dev_queries} --a-dev-queries {args.a_dev_queries}"
+           + (f" --labels {args.labels}" if args.labels else ""))
     lines += ["", f"Reproduce: `{cmd}`", ""]
     return "\n".join(lines)
 
