@@ -194,18 +194,27 @@ def measure(rt, scorer, reqs, repeats: int, batch_tokens: int, batch_size: int) 
 
 
 def top10_overlap(ref_rt, rt, scorer, reqs) -> dict:
-    """Mean top-10 overlap of ``rt``'s single graph and its prefix path with ``ref_rt``'s single graph."""
+    """Mean top-10 overlap of ``rt``'s single graph and its prefix path with ``ref_rt``'s single graph, with
+    what decides it: the reference scores' spread within a request (std, and the gap between its 10th and
+    11th score) against each path's mean |Δ score| from the reference."""
     from r3edge.core.scoring import score_pairs
 
-    def top(run, prefix, query, docs):
-        scores = scorer.relevance(score_pairs(scorer, run, [query] * len(docs), docs, prefix=prefix))[1]
-        return set(np.argsort(-scores, kind="stable")[:10].tolist())
+    def scores(run, prefix, query, docs):
+        return scorer.relevance(score_pairs(scorer, run, [query] * len(docs), docs, prefix=prefix))[1]
 
-    out = {"single": [], "prefix": []}
+    def top(s):
+        return set(np.argsort(-s, kind="stable")[:10].tolist())
+
+    out: dict[str, list[float]] = {k: [] for k in ("single", "prefix", "ref_score_std", "ref_gap_10_11",
+                                                  "mean_abs_score_diff_single", "mean_abs_score_diff_prefix")}
     for query, docs in reqs:
-        ref = top(ref_rt, None, query, docs)
-        out["single"].append(len(ref & top(rt, None, query, docs)) / 10)
-        out["prefix"].append(len(ref & top(None, rt.prefix, query, docs)) / 10)
+        ref = scores(ref_rt, None, query, docs)
+        ranked = np.sort(ref)[::-1]
+        out["ref_score_std"].append(float(ref.std()))
+        out["ref_gap_10_11"].append(float(ranked[9] - ranked[10]))
+        for path, got in (("single", scores(rt, None, query, docs)), ("prefix", scores(None, rt.prefix, query, docs))):
+            out[path].append(len(top(ref) & top(got)) / 10)
+            out[f"mean_abs_score_diff_{path}"].append(float(np.abs(got - ref).mean()))
     return {k: statistics.mean(v) for k, v in out.items()}
 
 
@@ -300,6 +309,13 @@ def report_md(res: dict) -> str:
             f"({best_ms(r['prefix_ms_all'], n):.0f}) | {r['prefix_graph_ms_p50']:.1f} | {r['speedup']:.2f}x "
             f"({best_ms(r['single_ms_all'], n) / best_ms(r['prefix_ms_all'], n):.2f}x) | "
             f"{r['max_abs_logit_diff']:.1e} | {overlap_cell(r.get('top10_overlap_vs_fp32'))} |")
+    for r in res["rows"]:
+        ov = r.get("top10_overlap_vs_fp32")
+        if ov and "ref_score_std" in ov:
+            lines += ["", f"{r['variant']} (+{r['extra_head_tokens']} head tokens) against fp32: fp32's 100 scores of a request "
+                      f"spread with std {ov['ref_score_std']:.4f} and its 10th and 11th scores lie {ov['ref_gap_10_11']:.4f} "
+                      f"apart (means over requests); the variant moves a score by {ov['mean_abs_score_diff_single']:.4f} "
+                      f"(single graph) and {ov['mean_abs_score_diff_prefix']:.4f} (prefix reuse) on average."]
     if res.get("grpc"):
         g = res["grpc"]
         lines += [
@@ -321,6 +337,12 @@ def report_md(res: dict) -> str:
         f"{p['max_abs_logit_diff_vs_single_graph']:.1e}; batch invariance of the candidate graph (alone vs in a "
         f"length-mixed batch) max |Δ score| {p['batch_invariance_max_abs_score_diff']:.1e}. The ONNX single graph itself "
         f"differs from torch by up to {res['single_parity']:.1e}.",
+        *[f"\n{v} export parity vs torch fp32 ({res['parity_pairs']} pairs): single graph max |Δ logit| "
+          f"{q['single']['max_abs_logit_diff']:.2f}, argmax agreement {q['single']['argmax_agreement']:.2f}, batch invariance "
+          f"{q['single']['batch_invariance_max_abs_score_diff']:.1e}" + (
+              f"; prefix path max |Δ logit| {q['prefix']['max_abs_logit_diff']:.2f}, batch invariance "
+              f"{q['prefix']['batch_invariance_max_abs_score_diff']:.1e}" if q["prefix"] else "; no prefix graphs")
+          + f" (padding side: {res.get('padding_side', 'left')})." for v, q in res.get("quantized_parity", {}).items()],
         "",
         "Speed-up = single-graph time / prefix-reuse time. The prefix-reuse time includes the prefix graph (run once per "
         "request) and every candidate micro-batch; both paths include formatting and tokenisation.",
@@ -420,6 +442,9 @@ def write(args, out: Path, rt, reqs, rows, grpc_res, report, partial: bool) -> d
         "queries": [q for q, _ in reqs], "rows": rows, "grpc": grpc_res,
         "parity": report["prefix_reuse"]["fp32"], "parity_pairs": report["validation_pairs"],
         "single_parity": report["variants"]["fp32"]["max_abs_logit_diff"],
+        "quantized_parity": {v: {"single": report["variants"][v], "prefix": report["prefix_reuse"].get(v)}
+                             for v in report["variants"] if v != "fp32"},
+        "padding_side": rt.scorer.spec.padding_side,
         "export_timings_s": report["timings_s"],
         "contention": (f"1-minute load average {min(loads):.1f} to {max(loads):.1f} on {os.cpu_count()} cores during the "
                        "measurements" + ("; other heavy jobs shared the CPU, so absolute times are inflated and noisy "
