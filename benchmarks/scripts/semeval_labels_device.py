@@ -34,6 +34,8 @@ import tarfile
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # judge_semeval_slice's metrics and floors
+
 TEACHER = "score-only-qwen-coder-1.5b"
 REF = "package:qwen2.5-coder-1.5b-instruct"
 PIECE = 60_000_000  # bytes per piece: a piece + the checkout + the wheels stay under a call's 64 MiB
@@ -126,8 +128,6 @@ def label(args) -> int:
 def _dev_rows(labels: Path, dev) -> dict[str, dict]:
     """Each labelled protocol's metrics on C dev, and the mean of their probabilities when both exist."""
     import numpy as np
-
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
     from judge_semeval_slice import judge_metrics
 
     from r3edge.core.labels import read_labels, read_manifest
@@ -151,7 +151,6 @@ def _dev_rows(labels: Path, dev) -> dict[str, dict]:
 
 
 def report(args) -> int:
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
     from judge_semeval_slice import floors
 
     from r3edge.core.labels import read_manifest
