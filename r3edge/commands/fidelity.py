@@ -77,7 +77,7 @@ def run(args) -> int:
 
     _step("1/5 data: SemEval-2016 CQA")
     sft_gold, train_pairs, dev_pairs = data / "sft-gold.jsonl", data / "train.jsonl", data / "dev.jsonl"
-    dev = _data(args, sft_gold, train_pairs, dev_pairs)
+    dev = write_pairs_files(args, sft_gold, train_pairs, dev_pairs)
 
     _step("2/5 teacher: cold start on gold-built traces")
     if args.labels:
@@ -107,7 +107,7 @@ def run(args) -> int:
     return 0
 
 
-def _data(args, sft_gold: Path, train_pairs: Path, dev_pairs: Path) -> list:
+def write_pairs_files(args, sft_gold: Path, train_pairs: Path, dev_pairs: Path) -> list:
     """Write the three pairs files from SemEval (seeded samples; kept once the dev file exists) and
     return the dev questions."""
     from r3edge.core.pairs import read_queries, write_queries
