@@ -11,6 +11,7 @@ and ``latency_vs_ndcg.png``.
 from __future__ import annotations
 
 import json
+import textwrap
 from pathlib import Path
 
 #: the per-system fields copied from a metrics block (relevance_metrics / agreement_metrics)
@@ -135,7 +136,8 @@ def plot(results: dict, path: Path) -> Path:
         if name.startswith("base-cosine") and e.get("ndcg@10") is not None:
             ax.axhline(e["ndcg@10"], linestyle=":", color="black", label=f"{name} {e['ndcg@10']:.3f}")
     for text in elsewhere:  # a legend entry without a point: another machine's latency is not on this axis
-        ax.plot([], [], linestyle="none", label=f"not on this axis: {text}")
+        # wrapped: a device's description runs wider than the axes and the figure would clip it
+        ax.plot([], [], linestyle="none", label=textwrap.fill(f"not on this axis: {text}", 70))
     ax.legend(loc="upper left", fontsize=8)  # the points sit well below 1.0 on real data
     ax.set_xscale("log")
     ax.xaxis.set_major_formatter(ScalarFormatter())
