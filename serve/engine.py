@@ -326,9 +326,7 @@ class Engine:
             except asyncio.CancelledError:
                 # cancelled while tokenising: its pairs never reach the queue, and are counted as dropped
                 # like those of a cancelled queued request
-                reason = drop_reason(deadline)
-                self.metrics.dropped_requests.labels(reason).inc()
-                self.metrics.dropped_pairs.labels(reason).inc(len(docs))
+                self._count_drop(drop_reason(deadline), len(docs))
                 raise
             finally:
                 self._reserved_tokens -= reserved
@@ -393,9 +391,13 @@ class Engine:
     def _drop_locked(self, job: _Job, reason: DropReason) -> None:
         """Mark the job dropped, count it and its pairs never run, and take them out of the queue."""
         job.dropped = reason
-        self.metrics.dropped_requests.labels(reason).inc()
-        self.metrics.dropped_pairs.labels(reason).inc(len(job.pending))
+        self._count_drop(reason, len(job.pending))
         self._unqueue_locked(job)
+
+    def _count_drop(self, reason: DropReason, pairs: int) -> None:
+        """One admitted request dropped, and its ``pairs`` that will never run."""
+        self.metrics.dropped_requests.labels(reason).inc()
+        self.metrics.dropped_pairs.labels(reason).inc(pairs)
 
     def _unqueue_locked(self, job: _Job) -> None:
         if job.pending:

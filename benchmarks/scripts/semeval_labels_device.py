@@ -44,7 +44,7 @@ SPLITS = ("dev", "train", "a-train")  # fidelity's dev.jsonl and train.jsonl, th
 
 def prepare(args) -> int:
     """Write the pairs files (fidelity's seeded samples, all questions) and cut the GGUF into pieces."""
-    from r3edge.commands.fidelity import write_pairs_files
+    from r3edge.commands.fidelity import configure, write_pairs_files
     from r3edge.core.pairs import write_queries
     from r3edge.distill.datasets import semeval_queries
     from r3edge.model.gguf_parts import part_paths
@@ -52,8 +52,10 @@ def prepare(args) -> int:
 
     pairs = Path(args.pairs)
     pairs.mkdir(parents=True, exist_ok=True)
-    ns = argparse.Namespace(data=args.data, sft_queries=60, train_queries=None, dev_queries=None, seed=0)
-    write_pairs_files(ns, pairs / "sft-gold.jsonl", pairs / "train.jsonl", pairs / "dev.jsonl")
+    fidelity = argparse.ArgumentParser()
+    configure(fidelity)  # fidelity's own defaults, so the labels' pairs_sha256 match what `r3edge fidelity` writes
+    write_pairs_files(fidelity.parse_args(["--data", args.data]), pairs / "sft-gold.jsonl", pairs / "train.jsonl",
+                      pairs / "dev.jsonl")
     write_queries(pairs / "a-train.jsonl", semeval_queries(args.data, "A", "train"))
     pieces = Path(args.pieces)
     pieces.mkdir(parents=True, exist_ok=True)
