@@ -195,7 +195,8 @@ def judge_row(measured: dict, queries: Sequence[QueryCandidates], label_values: 
         "samples": measured["samples"],
         "axis": axis,
         "latency_source": f"measured per request ({measured['engine']}): wall time from its first call to its "
-                          f"last verdict, concurrency {min(phases)}",
+                          f"last verdict, concurrency {min(phases)}"
+                          + (f" (over {runs} resumed runs)" if (runs := measured.get("first_phase_runs", 1)) > 1 else ""),
         "latency_ms": percentiles([1e3 * s for s in first["latency_s"]]),
         "pairs_per_s": first["pairs"] / first["wall_s"] if first["wall_s"] > 0 else None,
         "throughput": {str(c): {"pairs_per_s": p["pairs"] / p["wall_s"] if p["wall_s"] > 0 else None,

@@ -25,9 +25,9 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TextIO
 
@@ -138,23 +138,28 @@ class JudgeReranker:
 
 
 def closed_loop(reranker: JudgeReranker, queries: Sequence[QueryCandidates], n_requests: int, concurrency: int,
-                desc: str, stream: TextIO | None = None) -> tuple[list[ServedRequest], float]:
-    """``n_requests`` requests (cycling through ``queries``) from ``concurrency`` callers, each sending
-    its next request when its last one is answered; returns the requests in order and the wall time."""
+                desc: str, stream: TextIO | None = None, *, first: int = 0,
+                on_answer: Callable[[int, ServedRequest], None] | None = None) -> tuple[list[ServedRequest], float]:
+    """Requests ``first`` .. ``n_requests - 1`` (request i asks about ``queries[i % len(queries)]``) from
+    ``concurrency`` callers, each sending its next request when its last one is answered; returns those
+    requests in order and the wall time. ``on_answer(i, request)`` is called as each is answered."""
     from r3edge.core.progress import Progress
 
-    out: list[ServedRequest | None] = [None] * n_requests
+    out: list[ServedRequest | None] = [None] * (n_requests - first)
     lock = threading.Lock()
-    prog = Progress(n_requests, desc, stream=stream, every_s=10.0)
+    prog = Progress(n_requests, desc, stream=stream, every_s=10.0, initial=first)
 
     def one(i: int) -> None:
-        out[i] = reranker.rerank(queries[i % len(queries)])
+        got = reranker.rerank(queries[i % len(queries)])
+        out[i - first] = got
         with lock:
-            prog.update(extra=f"last {out[i].latency_s:.1f} s")
+            if on_answer is not None:
+                on_answer(i, got)
+            prog.update(extra=f"last {got.latency_s:.1f} s")
 
     t0 = time.perf_counter()
     with ThreadPoolExecutor(concurrency, thread_name_prefix="r3edge-judge-caller") as pool:
-        list(pool.map(one, range(n_requests)))
+        list(pool.map(one, range(first, n_requests)))
     wall = time.perf_counter() - t0
     prog.close()
     return out, wall  # type: ignore[return-value]
@@ -199,29 +204,97 @@ def engine_model(cfg: TeacherConfig) -> tuple[Path, str]:
 
 def measure_judge(cfg: TeacherConfig, queries: Sequence[QueryCandidates], *, base_url: str | None = None,
                   requests: int = 5, concurrency: Sequence[int] = (1, 4), max_in_flight: int = 256,
-                  label: str | None = None, stream: TextIO | None = None) -> dict:
+                  label: str | None = None, stream: TextIO | None = None,
+                  journal_dir: str | Path | None = None) -> dict:
     """Serve every query once at concurrency 1 (its verdicts are the row's accuracy; at least
     ``requests`` requests, cycling, for the latency percentiles), then ``max(requests, c)`` requests at
     each other concurrency c for throughput. An untimed warm-up request (the first query's first
     ``WARMUP_CANDIDATES`` candidates) goes first. With ``base_url`` the judge runs through the openai
     backend (at most ``max_in_flight`` pair calls in flight, all requests together); without, in-process
-    through transformers, where only concurrency 1 is run (one model, one request at a time)."""
-    from r3edge.distill.backends import load_backend
+    through transformers, where only concurrency 1 is run (one model, one request at a time).
 
+    With ``journal_dir`` every answered request is kept there (:mod:`r3edge.distill.judge_journal`)
+    and a rerun with the same settings serves only the requests still missing; when none are, the
+    engine is not even loaded."""
     stream = stream if stream is not None else sys.stderr
     if not queries:
         raise InvalidInput("no queries to serve to the judge", "pass a pairs file with at least one query")
+    name = label or cfg.name
+    journal, n1, wanted, served, wall1, runs, phases = _resume(cfg, queries, name, base_url, requests, concurrency,
+                                                               max_in_flight, journal_dir)
+    if len(served) < n1 or any(c not in phases for c in wanted):
+        if served:
+            print(f"judge {name}: {len(served)}/{n1} concurrency-1 requests already answered ({journal.path}), "
+                  "serving the rest", file=stream, flush=True)
+        more, wall, more_phases = _serve(cfg, queries, base_url=base_url, max_in_flight=max_in_flight, name=name,
+                                         first=len(served), n1=n1, phases=[c for c in wanted if c not in phases],
+                                         requests=requests, journal=journal, stream=stream)
+        served, wall1, runs = served + more, wall1 + wall, runs + bool(more)
+        phases.update(more_phases)
+    else:
+        print(f"judge {name}: every request already answered in {journal.path}; nothing served", file=stream, flush=True)
+    first = {q.qid: r for q, r in zip(queries, served)}  # each query's first answer (greedy: repeats agree)
+    from r3edge.distill.judges import get_judge
+
+    return {
+        "name": name,
+        "judge": get_judge(cfg.judge).name,
+        "teacher": cfg.name,
+        "model": cfg.model.pretrained or "random-init",
+        "samples": cfg.samples,
+        "engine": "OpenAI-compatible server" if base_url else "transformers in-process",
+        "base_url": base_url,
+        "phases": {1: _phase(served, wall1, 1), **{c: phases[c] for c in wanted}},
+        "concurrency_not_run": [c for c in dict.fromkeys(concurrency) if c != 1 and not base_url],
+        "first_phase_runs": max(runs, 1),
+        "probs": {(qid, docid): p for qid, r in first.items() for docid, p in r.probs.items()},
+    }
+
+
+def _resume(cfg: TeacherConfig, queries, name: str, base_url, requests: int, concurrency, max_in_flight: int,
+            journal_dir):
+    """What a judge row needs and what its journal already holds: the journal (None without
+    ``journal_dir``), the number of concurrency-1 requests, the higher concurrencies to run, the
+    concurrency-1 requests answered, their wall time and number of runs, and the finished phases.
+    The journal is keyed by everything that changes what is measured (not the server's port)."""
+    n1 = max(requests, len(queries))
+    wanted = [c for c in dict.fromkeys(concurrency) if c != 1 and base_url]
+    if journal_dir is None:
+        return None, n1, wanted, [], 0.0, 0, {}
+    from r3edge.distill.judge_journal import JudgeJournal
+
+    settings = {"teacher": cfg.model_dump(mode="json", exclude={"base_url", "backend"}),
+                "engine": "openai" if base_url else "transformers", "requests": requests,
+                "concurrency": list(concurrency), "max_in_flight": max_in_flight}
+    journal = JudgeJournal.open(journal_dir, name, settings, queries)
+    done, wall1, runs = journal.first_phase()
+    phases = {c: _phase([ServedRequest(**d) for d in reqs], w, c) for c, (reqs, w) in journal.phases().items()}
+    return journal, n1, wanted, [ServedRequest(**d) for d in done[:n1]], wall1, runs, phases
+
+
+def judge_pending(cfg: TeacherConfig, queries, *, served_by_server: bool, requests: int, concurrency,
+                  label: str | None = None, journal_dir, max_in_flight: int = 256) -> bool:
+    """Whether :func:`measure_judge` with these settings still has requests to serve (an engine to start)."""
+    _, n1, wanted, served, _, _, phases = _resume(cfg, queries, label or cfg.name, served_by_server, requests,
+                                                  concurrency, max_in_flight, journal_dir)
+    return len(served) < n1 or any(c not in phases for c in wanted)
+
+
+def _serve(cfg: TeacherConfig, queries, *, base_url, max_in_flight: int, name: str, first: int, n1: int,
+           phases: Sequence[int], requests: int, journal, stream) -> tuple[list[ServedRequest], float, dict[int, dict]]:
+    """Load the engine, warm it up, serve concurrency-1 requests ``first`` .. ``n1 - 1`` and the given
+    higher-concurrency phases whole; each answer goes to ``journal`` as it comes."""
+    from r3edge.distill.backends import load_backend
+
     if base_url:
         from r3edge.distill.backends.openai_backend import OpenAIBackend
 
         cfg = cfg.model_copy(update={"backend": "openai", "base_url": base_url})
         backend = OpenAIBackend(cfg, base_url=base_url, max_concurrency=max_in_flight)
-        engine = "OpenAI-compatible server"
     else:
         cfg = cfg.model_copy(update={"backend": "transformers", "base_url": None})
         backend = load_backend(cfg)
-        engine = "transformers in-process"
-    name = label or cfg.name
+    served, wall, done = [], 0.0, {}
     try:
         reranker = JudgeReranker(cfg, backend)
         warm = queries[0]
@@ -229,33 +302,17 @@ def measure_judge(cfg: TeacherConfig, queries: Sequence[QueryCandidates], *, bas
         reranker.rerank(replace(warm, candidates=list(warm.candidates[:WARMUP_CANDIDATES])))
         print(f"judge {name}: warm-up request ({WARMUP_CANDIDATES} pairs) {time.perf_counter() - t0:.1f} s, not timed",
               file=stream, flush=True)
-        n1 = max(requests, len(queries))
-        served, wall = closed_loop(reranker, queries, n1, 1, f"judge {name} c=1", stream)
-        phases = {1: _phase(served, wall, 1)}
-        skipped = []
-        for c in concurrency:
-            if c == 1:
-                continue
-            if not base_url:
-                skipped.append(c)
-                continue
+        if first < n1:
+            served, wall = closed_loop(reranker, queries, n1, 1, f"judge {name} c=1", stream, first=first,
+                                       on_answer=(lambda i, r: journal.add_request(i, asdict(r))) if journal else None)
+        for c in phases:
             more, wall_c = closed_loop(reranker, queries, max(requests, c), c, f"judge {name} c={c}", stream)
-            phases[c] = _phase(more, wall_c, c)
+            done[c] = _phase(more, wall_c, c)
+            if journal is not None:
+                journal.add_phase(c, [asdict(r) for r in more], wall_c)
     finally:
         backend.close()
-    first = {q.qid: r for q, r in zip(queries, served)}  # each query's first answer (greedy: repeats agree)
-    return {
-        "name": name,
-        "judge": reranker.judge.name,
-        "teacher": cfg.name,
-        "model": cfg.model.pretrained or "random-init",
-        "samples": cfg.samples,
-        "engine": engine,
-        "base_url": base_url,
-        "phases": phases,
-        "concurrency_not_run": skipped,
-        "probs": {(qid, docid): p for qid, r in first.items() for docid, p in r.probs.items()},
-    }
+    return served, wall, done
 
 
 def _phase(served: list[ServedRequest], wall_s: float, concurrency: int) -> dict:
@@ -275,19 +332,23 @@ def _phase(served: list[ServedRequest], wall_s: float, concurrency: int) -> dict
 def measure_judges(specs: Sequence[JudgeSpec], queries: Sequence[QueryCandidates], *, teacher_model: str | None = None,
                    vllm_python: str | None = None, base_url: str | None = None, work_dir: str | Path = "runs/bench",
                    requests: int = 5, concurrency: Sequence[int] = (1, 4), kv_cache_gib: int = 2,
-                   stream: TextIO | None = None) -> list[dict]:
+                   journal_dir: str | Path | None = None, stream: TextIO | None = None) -> list[dict]:
     """:func:`measure_judge` for every judge, on one engine: a vLLM server started from ``vllm_python``
     per distinct model (judges sharing weights share the server), a running server at ``base_url``, or
     in-process transformers when neither is given. ``kv_cache_gib`` sizes a started server's KV cache: a
     request's pairs run together only while their sequences fit in it (pairs of one query share their
-    prefix's blocks through vLLM's prefix cache); beyond it the server queues them, and that is measured."""
+    prefix's blocks through vLLM's prefix cache); beyond it the server queues them, and that is measured.
+    With ``journal_dir`` answered requests are kept and reused, and a model whose judges are all
+    answered there gets no server."""
     if vllm_python and base_url:
         raise InvalidInput("--vllm and --base-url both given", "start a server with --vllm, or use a running one with --base-url")
     work = Path(work_dir)
     cfgs = [(s, judge_config(s, teacher_model=teacher_model)) for s in specs]
     if not vllm_python:
         return [measure_judge(cfg, queries, base_url=base_url, requests=requests, concurrency=concurrency,
-                              label=row_name(s, cfg), stream=stream) for s, cfg in cfgs]
+                              label=row_name(s, cfg), stream=stream, journal_dir=journal_dir) for s, cfg in cfgs]
+    from contextlib import nullcontext
+
     from r3edge.distill.backends.vllm_server import vllm_server
 
     groups: dict[tuple[Path, str], list[int]] = {}
@@ -295,14 +356,19 @@ def measure_judges(specs: Sequence[JudgeSpec], queries: Sequence[QueryCandidates
         groups.setdefault(engine_model(cfg), []).append(i)
     rows: list[dict | None] = [None] * len(cfgs)
     for (model_dir, served_name), members in groups.items():
+        served = {i: cfgs[i][1].model_copy(update={"served_model": served_name}) for i in members}
+        pending = any(judge_pending(served[i], queries, served_by_server=True, requests=requests, concurrency=concurrency,
+                                    label=row_name(*cfgs[i]), journal_dir=journal_dir) for i in members)
         log = work / f"vllm-{model_dir.name}.log"
-        print(f"judges {[row_name(*cfgs[i]) for i in members]}: starting vLLM on {model_dir} (log {log})",
-              file=stream or sys.stderr, flush=True)
-        with vllm_server(vllm_python, model_dir, served_name=served_name, log_path=log, kv_cache_gib=kv_cache_gib) as url:
+        if pending:
+            print(f"judges {[row_name(*cfgs[i]) for i in members]}: starting vLLM on {model_dir} (log {log})",
+                  file=stream or sys.stderr, flush=True)
+        # every answer already journaled: they came from a server an earlier run started on this machine
+        server = (vllm_server(vllm_python, model_dir, served_name=served_name, log_path=log, kv_cache_gib=kv_cache_gib)
+                  if pending else nullcontext("http://127.0.0.1/v1"))
+        with server as url:
             for i in members:
-                spec, cfg = cfgs[i]
-                rows[i] = measure_judge(cfg.model_copy(update={"served_model": served_name}), queries, base_url=url,
-                                        requests=requests, concurrency=concurrency, label=row_name(spec, cfg),
-                                        stream=stream)
+                rows[i] = measure_judge(served[i], queries, base_url=url, requests=requests, concurrency=concurrency,
+                                        label=row_name(*cfgs[i]), stream=stream, journal_dir=journal_dir)
                 rows[i]["engine"] = "vLLM"
     return rows  # type: ignore[return-value]

@@ -142,6 +142,40 @@ def test_judge_reranker_is_the_labelling_judge(sample_pairs_file, tmp_path, monk
     assert phase["generated_tokens"] == sum(tokens) - warm_tokens > 0
 
 
+def test_a_stopped_judge_benchmark_resumes_from_its_journal(sample_pairs_file, tmp_path, monkeypatch, capsys):
+    """A judge run killed after its first answered request serves only the missing ones on rerun, with the
+    same verdicts as one uninterrupted run; a finished one loads no engine at all; other settings start afresh."""
+    from r3edge.core.pairs import read_queries
+    from r3edge.distill import judge_rerank
+    from r3edge.distill.judge_rerank import JudgeSpec, judge_config, measure_judge
+
+    queries = read_queries(sample_pairs_file)
+    cfg = judge_config(JudgeSpec(str(TINY_TEACHER)))
+    whole = measure_judge(cfg, queries, requests=3, concurrency=(1,))
+    journal_dir = tmp_path / "judges"
+    measure_judge(cfg, queries, requests=3, concurrency=(1,), journal_dir=journal_dir)
+    (path,) = journal_dir.glob("*.jsonl")
+    lines = path.read_text().splitlines()
+    assert [json.loads(x)["index"] for x in lines] == [0, 1, 2]
+    path.write_text(lines[0] + "\n" + lines[1][: len(lines[1]) // 2])  # killed while writing the second answer
+    capsys.readouterr()
+    resumed = measure_judge(cfg, queries, requests=3, concurrency=(1,), journal_dir=journal_dir)
+    assert "1/3 concurrency-1 requests already answered" in capsys.readouterr().err
+    assert resumed["probs"] == whole["probs"] and resumed["first_phase_runs"] == 2
+    phase = resumed["phases"][1]
+    assert phase["requests"] == 3 and phase["pairs"] == whole["phases"][1]["pairs"]
+    assert 0 < phase["wall_s"] and phase["latency_s"][0] == json.loads(lines[0])["request"]["latency_s"]
+
+    def no_engine(*a, **k):
+        raise AssertionError("a finished judge must not load its engine")
+
+    monkeypatch.setattr(judge_rerank, "_serve", no_engine)
+    again = measure_judge(cfg, queries, requests=3, concurrency=(1,), journal_dir=journal_dir)
+    assert again["probs"] == whole["probs"] and again["phases"][1]["latency_s"] == phase["latency_s"]
+    with pytest.raises(AssertionError, match="must not load"):  # another request count is another measurement
+        measure_judge(cfg, queries, requests=4, concurrency=(1,), journal_dir=journal_dir)
+
+
 def test_judge_entries_parse_and_bad_ones_name_the_fix():
     from r3edge.core.errors import InvalidInput
     from r3edge.distill.judge_rerank import JudgeSpec, judge_config

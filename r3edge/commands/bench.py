@@ -62,7 +62,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     jud.add_argument("--vllm-kv-cache-gib", type=int, default=2, metavar="GIB",
                      help="KV cache of each vLLM server --vllm starts (VLLM_CPU_KVCACHE_SPACE)")
     jud.add_argument("--judge-requests", type=int, default=5,
-                     help="at least this many top-N requests per judge and concurrency (every query is served once)")
+                     help="at least this many top-N requests per judge and concurrency (every query is served once); "
+                          "answered requests are kept in OUT/judges/ and a rerun with the same settings serves only "
+                          "the missing ones (delete that folder to measure again)")
     parser.add_argument("--concurrency", default="1,4",
                         help="closed-loop callers, comma-separated: latency at the first, throughput at each")
     parser.add_argument("--labels", default=None, help="teacher labels directory (agreement when no judge is measured)")
@@ -129,7 +131,8 @@ def read_requests(args) -> tuple[list, str]:
 
 def bench(args) -> dict:
     """Judges, then students (the judges' engine is stopped first), then floors; one results dict.
-    Engine logs (one per vLLM server started) go to OUT/logs/."""
+    Engine logs (one per vLLM server started) go to OUT/logs/, the judges' answered requests to
+    OUT/judges/ (a rerun resumes from them: a full CPU comparison takes longer than one sitting)."""
     import sys
     from pathlib import Path
 
@@ -153,7 +156,8 @@ def bench(args) -> dict:
         specs = [JudgeSpec.parse(x) for x in args.judges.split(",") if x.strip()]
         measured = measure_judges(specs, queries, teacher_model=args.teacher_model, vllm_python=args.vllm,
                                   base_url=args.base_url, work_dir=Path(args.out) / "logs", requests=args.judge_requests,
-                                  concurrency=levels, kv_cache_gib=args.vllm_kv_cache_gib, stream=sys.stderr)
+                                  concurrency=levels, kv_cache_gib=args.vllm_kv_cache_gib,
+                                  journal_dir=Path(args.out) / "judges", stream=sys.stderr)
     teacher = measured[0]["probs"] if measured else (teacher_probs(args.labels)[0] if args.labels else None)
     limits = {k: getattr(args, k) for k in ("max_concurrent_requests", "max_batch_tokens", "max_batch_size")
               if getattr(args, k) is not None}
