@@ -16,6 +16,7 @@ from typing import TextIO
 
 import numpy as np
 
+from r3edge.core.calibration import reliability
 from r3edge.core.errors import InvalidInput
 from r3edge.core.labels import read_labels, read_manifest
 from r3edge.core.metrics import agreement_metrics, relevance_metrics
@@ -155,6 +156,7 @@ def evaluate(
                             if (has_gold & has_teacher).any() else None),
         "student_vs_teacher": agreement_metrics(teacher[has_teacher], student[has_teacher], values) if has_teacher.any() else None,
         "temperature": scorer.spec.temperature if scorer is not None else None,
+        "student_reliability": reliability(student[has_gold], gold[has_gold]) if has_gold.any() else None,
     }
     if return_logits:
         result["_logits"], result["_gold"], result["_has_gold"] = result_logits, gold, has_gold

@@ -216,6 +216,8 @@ def measure_judge(cfg: TeacherConfig, queries: Sequence[QueryCandidates], *, bas
     With ``journal_dir`` every answered request is kept there (:mod:`r3edge.distill.judge_journal`)
     and a rerun with the same settings serves only the requests still missing; when none are, the
     engine is not even loaded."""
+    from r3edge.distill.judges import get_judge
+
     stream = stream if stream is not None else sys.stderr
     if not queries:
         raise InvalidInput("no queries to serve to the judge", "pass a pairs file with at least one query")
@@ -234,8 +236,6 @@ def measure_judge(cfg: TeacherConfig, queries: Sequence[QueryCandidates], *, bas
     else:
         print(f"judge {name}: every request already answered in {journal.path}; nothing served", file=stream, flush=True)
     first = {q.qid: r for q, r in zip(queries, served)}  # each query's first answer (greedy: repeats agree)
-    from r3edge.distill.judges import get_judge
-
     return {
         "name": name,
         "judge": get_judge(cfg.judge).name,

@@ -94,3 +94,9 @@ def test_calibrate_cli_writes_the_temperature_the_runtime_then_applies(tiny_arti
     p /= p.sum(1, keepdims=True)
     from r3edge.core.calibration import reliability
     assert result["student_vs_gold"]["ece"] == pytest.approx(reliability(p, gold)["ece"])
+    # `r3edge eval` draws the diagram of the bins behind that ECE, at the calibrated temperature
+    assert main(["eval", str(labels), "--artifact", str(art), "--json", str(tmp_path / "m.json"),
+                 "--reliability", str(tmp_path / "eval.png")]) == 0
+    assert (tmp_path / "eval.png").stat().st_size > 1000
+    rel = json.loads((tmp_path / "m.json").read_text())["student_reliability"]
+    assert rel["ece"] == pytest.approx(reliability(p, gold)["ece"]) and sum(b["n"] for b in rel["bins"]) == rel["n"] == len(gold)

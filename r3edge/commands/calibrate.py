@@ -27,7 +27,7 @@ def run(args) -> int:
     import json
     from pathlib import Path
 
-    from r3edge.core.calibration import fit_temperature, reliability
+    from r3edge.core.calibration import fit_temperature, plot_reliability, reliability
     from r3edge.core.errors import InvalidInput
     from r3edge.core.fileio import atomic_write_text
     from r3edge.core.scoring import SCORER_FILE, Scorer
@@ -52,34 +52,10 @@ def run(args) -> int:
     print(f"{int(has_gold.sum())} gold-labelled pairs: temperature {fitted.temperature:.3f}; top-label ECE "
           f"{rows['uncalibrated']['ece']:.4f} uncalibrated -> {rows['calibrated']['ece']:.4f} calibrated")
     if args.plot:
-        _plot(rows, fitted.temperature, args.plot)
+        plot_reliability({"uncalibrated": rows["uncalibrated"], f"calibrated (T={fitted.temperature:.2f})": rows["calibrated"]},
+                         args.plot, f"reliability ({rows['calibrated']['n']} gold-labelled pairs)")
         print(f"wrote {args.plot}")
     if not args.dry_run:
         atomic_write_text(directory / SCORER_FILE, json.dumps(fitted.to_json(), indent=2) + "\n")
         print(f"wrote temperature {fitted.temperature:.3f} into {directory / SCORER_FILE}")
     return 0
-
-
-def _plot(rows: dict, temperature: float, path: str) -> None:
-    """Reliability diagram: per confidence bin, accuracy against mean confidence (the diagonal is perfect)."""
-    from r3edge.core.errors import require
-
-    require("matplotlib", "bench").use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(5, 5))
-    ax.plot([0, 1], [0, 1], color="grey", linestyle=":", label="perfectly calibrated")
-    for (name, rel), marker in zip(rows.items(), ("o", "s")):
-        xs = [b["confidence"] for b in rel["bins"]]
-        ys = [b["accuracy"] for b in rel["bins"]]
-        label = f"{name}{f' (T={temperature:.2f})' if name == 'calibrated' else ''}: ECE {rel['ece']:.3f}"
-        ax.plot(xs, ys, marker=marker, label=label)
-    ax.set_xlabel("confidence (highest label probability)")
-    ax.set_ylabel("accuracy")
-    ax.set_xlim(0, 1)
-    ax.set_ylim(0, 1)
-    ax.legend(loc="upper left", fontsize=8)
-    ax.set_title(f"reliability ({rows['calibrated']['n']} gold-labelled pairs)")
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)

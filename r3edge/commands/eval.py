@@ -2,7 +2,9 @@
 
 Three comparisons from one labels directory: the teacher against gold labels (where the pairs had
 them), the model against gold (per-class F1, AUC 0/12, AUC 01/2, accuracy, nDCG@10), and the model
-against the teacher (argmax agreement, KL, Spearman of expected scores).
+against the teacher (argmax agreement, KL, Spearman of expected scores). The model's probabilities
+are calibrated by its scorer.json temperature, as served; ``--reliability`` draws their reliability
+diagram against gold (the bins of the top-label ECE the table reports).
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ def configure(parser):
                         help="artifact variant to score (fp32, int8-smooth, ov-int8, ...: any the artifact lists; "
                         "default: its default), in the runtime its manifest names; only with --artifact")
     parser.add_argument("--json", default=None, metavar="OUT", help="also write the metrics as JSON to this file")
+    parser.add_argument("--reliability", default=None, metavar="PNG",
+                        help="also draw the model's reliability diagram against the gold labels (its ECE's bins)")
 
 
 def run(args) -> int:
@@ -40,6 +44,17 @@ def run(args) -> int:
     finally:
         score_fn.close()
     print_table(result)
+    if args.reliability:
+        from r3edge.core.calibration import plot_reliability
+
+        rel = result.get("student_reliability")
+        if rel is None:
+            raise InvalidInput(f"{args.labels_dir} has no pair with a gold label: no reliability diagram",
+                               "evaluate on labels that carry gold labels, or drop --reliability", field="--reliability")
+        t = result["temperature"]
+        name = f"{result['scored_by']}" + (f" (T={t:.2f})" if t is not None else "")
+        plot_reliability({name: rel}, args.reliability, f"reliability on {rel['n']} gold-labelled pairs")
+        print(f"wrote {args.reliability}")
     if args.json:
         out = atomic_write_text(args.json, json.dumps(result, indent=2) + "\n")
         print(f"wrote {out}")

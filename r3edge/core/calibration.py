@@ -75,3 +75,27 @@ def reliability(probs, gold, bins: int = ECE_BINS) -> dict:
         ece += share * abs(c - a)
         rows.append({"lo": float(edges[b]), "hi": float(edges[b + 1]), "n": int(in_bin.sum()), "confidence": c, "accuracy": a})
     return {"ece": float(ece), "bins": rows, "n": int(len(y))}
+
+
+def plot_reliability(rows: dict[str, dict], path, title: str) -> None:
+    """Reliability diagram: per confidence bin, accuracy against mean confidence (the diagonal is
+    perfect calibration), one line per entry of ``rows`` (a name -> :func:`reliability`'s output)."""
+    from r3edge.core.errors import require
+
+    require("matplotlib", "bench").use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(5, 5))
+    ax.plot([0, 1], [0, 1], color="grey", linestyle=":", label="perfectly calibrated")
+    for (name, rel), marker in zip(rows.items(), "os^Dv"):
+        ax.plot([b["confidence"] for b in rel["bins"]], [b["accuracy"] for b in rel["bins"]], marker=marker,
+                label=f"{name}: ECE {rel['ece']:.3f}")
+    ax.set_xlabel("confidence (highest label probability)")
+    ax.set_ylabel("accuracy")
+    ax.set_xlim(0, 1)
+    ax.set_ylim(0, 1)
+    ax.legend(loc="upper left", fontsize=8)
+    ax.set_title(title, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
