@@ -85,6 +85,8 @@ BENCH_ARGS ?= --judges r3a-smollm2,umbrela-smollm2 --judge-requests 2 --requests
 bench: install vllm
 	@test -f runs/demo/artifact/manifest.json -a -f runs/demo/teacher/config.json \
 		|| { echo "make bench measures the demo's teacher and student: run make demo first"; exit 1; }
+	@# a quick bench times its judges afresh each time (r3edge bench would resume from answered requests)
+	rm -rf runs/bench/judges
 	$(VENV)/bin/r3edge bench $$(if [ -d $(BENCH_DATA) ]; then echo --semeval $(BENCH_DATA) --questions 2 --comments 50; \
 		else echo --pairs runs/demo/heldout.jsonl --max-queries 2; fi) \
 		--teacher-model runs/demo/teacher --vllm $(VLLM_VENV)/bin/python --artifact runs/demo/artifact \
