@@ -27,13 +27,14 @@ import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TextIO
 
 from r3edge.core.config import TeacherConfig
 from r3edge.core.errors import InvalidInput
 from r3edge.core.pairs import QueryCandidates
+from r3edge.distill.judge_journal import JudgeJournal
 
 #: candidates of the untimed warm-up request (the first request pays the engine's one-off costs)
 WARMUP_CANDIDATES = 4
@@ -222,19 +223,21 @@ def measure_judge(cfg: TeacherConfig, queries: Sequence[QueryCandidates], *, bas
     if not queries:
         raise InvalidInput("no queries to serve to the judge", "pass a pairs file with at least one query")
     name = label or cfg.name
-    journal, n1, wanted, served, wall1, runs, phases = _resume(cfg, queries, name, base_url, requests, concurrency,
-                                                               max_in_flight, journal_dir)
-    if len(served) < n1 or any(c not in phases for c in wanted):
-        if served:
-            print(f"judge {name}: {len(served)}/{n1} concurrency-1 requests already answered ({journal.path}), "
-                  "serving the rest", file=stream, flush=True)
+    state = _resume(cfg, queries, name, base_url, requests, concurrency, max_in_flight, journal_dir)
+    if state.pending:
+        if state.served:
+            print(f"judge {name}: {len(state.served)}/{state.n1} concurrency-1 requests already answered "
+                  f"({state.journal.path}), serving the rest", file=stream, flush=True)
         more, wall, more_phases = _serve(cfg, queries, base_url=base_url, max_in_flight=max_in_flight, name=name,
-                                         first=len(served), n1=n1, phases=[c for c in wanted if c not in phases],
-                                         requests=requests, journal=journal, stream=stream)
-        served, wall1, runs = served + more, wall1 + wall, runs + bool(more)
-        phases.update(more_phases)
+                                         first=len(state.served), n1=state.n1,
+                                         phases=[c for c in state.wanted if c not in state.phases],
+                                         requests=requests, journal=state.journal, stream=stream)
+        state.served, state.wall1, state.runs = state.served + more, state.wall1 + wall, state.runs + bool(more)
+        state.phases.update(more_phases)
     else:
-        print(f"judge {name}: every request already answered in {journal.path}; nothing served", file=stream, flush=True)
+        print(f"judge {name}: every request already answered in {state.journal.path}; nothing served",
+              file=stream, flush=True)
+    served = state.served
     first = {q.qid: r for q, r in zip(queries, served)}  # each query's first answer (greedy: repeats agree)
     return {
         "name": name,
@@ -244,40 +247,55 @@ def measure_judge(cfg: TeacherConfig, queries: Sequence[QueryCandidates], *, bas
         "samples": cfg.samples,
         "engine": "OpenAI-compatible server" if base_url else "transformers in-process",
         "base_url": base_url,
-        "phases": {1: _phase(served, wall1, 1), **{c: phases[c] for c in wanted}},
+        "phases": {1: _phase(served, state.wall1, 1), **{c: state.phases[c] for c in state.wanted}},
         "concurrency_not_run": [c for c in dict.fromkeys(concurrency) if c != 1 and not base_url],
-        "first_phase_runs": max(runs, 1),
+        "first_phase_runs": max(state.runs, 1),
         "probs": {(qid, docid): p for qid, r in first.items() for docid, p in r.probs.items()},
     }
 
 
+@dataclass
+class _Resumed:
+    """What a judge row needs and what its journal already holds: the journal (None without one), the
+    number of concurrency-1 requests, the higher concurrencies to run, the concurrency-1 requests
+    answered with their wall time and number of runs, and the finished higher-concurrency phases."""
+
+    journal: JudgeJournal | None
+    n1: int
+    wanted: list[int]
+    served: list[ServedRequest] = field(default_factory=list)
+    wall1: float = 0.0
+    runs: int = 0
+    phases: dict[int, dict] = field(default_factory=dict)
+
+    @property
+    def pending(self) -> bool:
+        """Whether requests are left to serve (an engine to load)."""
+        return len(self.served) < self.n1 or any(c not in self.phases for c in self.wanted)
+
+
 def _resume(cfg: TeacherConfig, queries, name: str, base_url, requests: int, concurrency, max_in_flight: int,
-            journal_dir):
-    """What a judge row needs and what its journal already holds: the journal (None without
-    ``journal_dir``), the number of concurrency-1 requests, the higher concurrencies to run, the
-    concurrency-1 requests answered, their wall time and number of runs, and the finished phases.
-    The journal is keyed by everything that changes what is measured (not the server's port)."""
+            journal_dir) -> _Resumed:
+    """A judge row's :class:`_Resumed` state. The journal is keyed by everything that changes what is
+    measured (not the server's port)."""
     n1 = max(requests, len(queries))
     wanted = [c for c in dict.fromkeys(concurrency) if c != 1 and base_url]
     if journal_dir is None:
-        return None, n1, wanted, [], 0.0, 0, {}
-    from r3edge.distill.judge_journal import JudgeJournal
-
+        return _Resumed(None, n1, wanted)
     settings = {"teacher": cfg.model_dump(mode="json", exclude={"base_url", "backend"}),
                 "engine": "openai" if base_url else "transformers", "requests": requests,
                 "concurrency": list(concurrency), "max_in_flight": max_in_flight}
     journal = JudgeJournal.open(journal_dir, name, settings, queries)
     done, wall1, runs = journal.first_phase()
     phases = {c: _phase([ServedRequest(**d) for d in reqs], w, c) for c, (reqs, w) in journal.phases().items()}
-    return journal, n1, wanted, [ServedRequest(**d) for d in done[:n1]], wall1, runs, phases
+    return _Resumed(journal, n1, wanted, [ServedRequest(**d) for d in done[:n1]], wall1, runs, phases)
 
 
 def judge_pending(cfg: TeacherConfig, queries, *, served_by_server: bool, requests: int, concurrency,
                   label: str | None = None, journal_dir, max_in_flight: int = 256) -> bool:
     """Whether :func:`measure_judge` with these settings still has requests to serve (an engine to start)."""
-    _, n1, wanted, served, _, _, phases = _resume(cfg, queries, label or cfg.name, served_by_server, requests,
-                                                  concurrency, max_in_flight, journal_dir)
-    return len(served) < n1 or any(c not in phases for c in wanted)
+    return _resume(cfg, queries, label or cfg.name, served_by_server, requests, concurrency, max_in_flight,
+                   journal_dir).pending
 
 
 def _serve(cfg: TeacherConfig, queries, *, base_url, max_in_flight: int, name: str, first: int, n1: int,
