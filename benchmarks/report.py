@@ -119,9 +119,13 @@ def subset_cells(row: dict) -> list[str]:
             _fmt(sub.get("auc_0_12")), _fmt(sub.get("auc_01_2")), _fmt(sub.get("ndcg@10")), str(sub.get("n", "–"))]
 
 
+#: student heads whose weights are an encoder that the base-encoder cosine floor can be the base of
+ENCODER_HEADS = ("classifier", "cosine")
+
+
 def first_stage_lines(results: dict) -> list[str]:
-    """Each student and judge against the order its candidates arrived in (and each student against
-    its base encoder), on the same lists."""
+    """Each student and judge against the order its candidates arrived in (and each encoder student
+    against its base encoder), on the same lists."""
     order = ((results.get("baselines") or {}).get("input_order") or {}).get("ndcg@10")
     if order is None:
         return []
@@ -139,7 +143,9 @@ def first_stage_lines(results: dict) -> list[str]:
             verdict = "above" if got > order else "not above"
             line = (f"- {r['system']} {r.get('variant') or ''}: nDCG@10 {got:.3f}, {verdict} the first-stage order "
                     f"({got - order:+.3f})")
-            if r.get("kind") == "student" and base and base.get("ndcg@10") is not None:
+            # a causal student (head label_rows) has no encoder base; a row without a head is a remote server's
+            if (r.get("kind") == "student" and r.get("head") in (None, *ENCODER_HEADS) and base
+                    and base.get("ndcg@10") is not None):
                 line += (f", {'above' if got > base['ndcg@10'] else 'not above'} its base encoder "
                          f"({got - base['ndcg@10']:+.3f})")
             verdicts.append(line + ".")

@@ -139,6 +139,14 @@ def _variants_of(artifact: str) -> list[str | None]:
     return list(read_manifest(artifact)["variants"])
 
 
+def _head_of(artifact: str) -> str:
+    import json
+
+    from r3edge.core.scoring import SCORER_FILE, ScorerSpec
+
+    return ScorerSpec.from_json(json.loads((Path(artifact) / SCORER_FILE).read_text())).head
+
+
 def hardware_axis(machine: dict, where: str | None = None) -> str:
     """The hardware a latency was measured on, as a row names it: this machine's CPU, cores and GPUs,
     or ``where`` (e.g. a remote server's address) when the work ran elsewhere."""
@@ -271,9 +279,10 @@ def bench_systems(queries: Sequence[QueryCandidates], *, artifact: str | Sequenc
                      "axis": hardware_axis(machine, None if _is_local(target) else f"server at {target}")})
     for art in artifacts:
         name = f"student {Path(art).name}" if len(artifacts) > 1 else "student (onnxruntime)"
+        head = _head_of(art)  # the report holds a student against the base-encoder floor only if it is an encoder
         for variant in (list(variants) if variants else _variants_of(art)):
             with serve_artifact(art, variant, threads, **(serve_limits or {})) as tgt:
-                rows.append({**student_row(tgt, queries, teacher, system=name, **kw), "axis": axis})
+                rows.append({**student_row(tgt, queries, teacher, system=name, **kw), "axis": axis, "head": head})
     label_values = (rows[0].get("label_values") if rows else None) or SPEC_DEFAULTS["label_values"]
     if labels_dir:
         rows.append(labels_row(queries, labels_dir, label_values))

@@ -61,6 +61,8 @@ def test_bench_cli_writes_results_report_and_plot(tiny_artifact, sample_pairs_fi
         gold = r["accuracy"]["vs_gold"]
         assert gold["n"] == 7 and 0 <= gold["accuracy"] <= 1 and gold["ndcg@10"] is not None
         assert r["accuracy"]["vs_teacher"]["n"] == 7  # agreement with the measured judge, on every pair
+        # read from the artifact's scorer.json: the report holds only encoder students against a base encoder
+        assert r["head"] == json.loads((tiny_artifact / "scorer.json").read_text())["head"]
     judge = rows[("r3a-tiny", "random-init · transformers in-process")]
     assert judge["kind"] == "judge" and judge["latency_source"].startswith("measured")
     # every query served once at concurrency 1, at least --judge-requests requests: 3 requests of 4, 3, 4 pairs

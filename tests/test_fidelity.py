@@ -49,10 +49,17 @@ def test_a_scored_floor_ranks_by_its_expected_score_and_the_report_judges_studen
     results = {"settings": {"n_queries": 2},
                "baselines": {**baselines(_queries(), (0, 1, 2)), "base_cosine": floor},
                "systems": [{"kind": "student", "system": "student", "variant": "fp32",
-                            "accuracy": {"vs_gold": {"ndcg@10": 0.7}}}]}
+                            "accuracy": {"vs_gold": {"ndcg@10": 0.7}}},
+                           {"kind": "student", "system": "student", "variant": "cos", "head": "cosine",
+                            "accuracy": {"vs_gold": {"ndcg@10": 0.9}}},
+                           {"kind": "student", "system": "student", "variant": "causal", "head": "label_rows",
+                            "accuracy": {"vs_gold": {"ndcg@10": 0.6}}}]}
     lines = "\n".join(first_stage_lines(results))
     assert f"by-text: its own pretrained weights, no training): nDCG@10 {floor['ndcg@10']:.3f}" in lines
     assert "fp32: nDCG@10 0.700, not above the first-stage order (-0.050), not above its base encoder (-0.115)" in lines
+    assert "cos: nDCG@10 0.900, above the first-stage order (+0.150), above its base encoder (+0.085)." in lines
+    # a causal student is not held against an encoder it was never initialised from
+    assert "- student causal: nDCG@10 0.600, not above the first-stage order (-0.150)." in lines
 
 
 def test_results_have_the_issue_shape_and_the_report_files(tmp_path):
