@@ -23,7 +23,7 @@ import numpy as np
 from r3edge.benchmarks.load import collect_probs, percentiles, run_load
 from r3edge.core.errors import InvalidInput
 from r3edge.core.pairs import QueryCandidates
-from r3edge.core.scoring import SPEC_DEFAULTS, Scoring, softmax
+from r3edge.core.scoring import SPEC_DEFAULTS, Scorer, Scoring, softmax
 
 #: closed-loop concurrencies of every measured system: latency at the first, throughput at each
 CONCURRENCY = (1, 4)
@@ -137,14 +137,6 @@ def _variants_of(artifact: str) -> list[str | None]:
     from r3edge.core.artifact import read_manifest
 
     return list(read_manifest(artifact)["variants"])
-
-
-def _head_of(artifact: str) -> str:
-    import json
-
-    from r3edge.core.scoring import SCORER_FILE, ScorerSpec
-
-    return ScorerSpec.from_json(json.loads((Path(artifact) / SCORER_FILE).read_text())).head
 
 
 def hardware_axis(machine: dict, where: str | None = None) -> str:
@@ -279,7 +271,7 @@ def bench_systems(queries: Sequence[QueryCandidates], *, artifact: str | Sequenc
                      "axis": hardware_axis(machine, None if _is_local(target) else f"server at {target}")})
     for art in artifacts:
         name = f"student {Path(art).name}" if len(artifacts) > 1 else "student (onnxruntime)"
-        head = _head_of(art)  # the report holds a student against the base-encoder floor only if it is an encoder
+        head = Scorer.load(art).spec.head  # the report holds only encoder students against the base-encoder floor
         for variant in (list(variants) if variants else _variants_of(art)):
             with serve_artifact(art, variant, threads, **(serve_limits or {})) as tgt:
                 rows.append({**student_row(tgt, queries, teacher, system=name, **kw), "axis": axis, "head": head})
