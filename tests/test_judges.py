@@ -1,4 +1,4 @@
-"""The single-round judges (UMBRELA, Retro*, Tongxiao, TRUE, CRUX, score-only): strict parsers that never
+"""The single-round judges (UMBRELA, Retro*, Tongxiao, TRUE, CRUX, score-only, Rank1): strict parsers that never
 default a score, repairs that always end at the score position, prompts that carry the pair's context,
 Retro*'s score integration, and the registry. Torch-free."""
 
@@ -16,6 +16,7 @@ from r3edge.distill.judges import (
     get_judge,
     prefill_only,
     r3a,
+    rank1,
     retro,
     score_only,
     tongxiao,
@@ -23,7 +24,7 @@ from r3edge.distill.judges import (
     umbrela,
 )
 
-SINGLE_ROUND = ("umbrela", "retro", "tongxiao", "true", "crux", "score-only")
+SINGLE_ROUND = ("umbrela", "retro", "tongxiao", "true", "crux", "score-only", "rank1")
 THINK_SCORE = ("umbrela", "retro", "true", "crux")
 PAIR = PairContext("renew residence permit qatar", "Renew your RP online via Metrash2: upload passport, pay 500 QR.")
 
@@ -31,10 +32,10 @@ PAIR = PairContext("renew residence permit qatar", "Renew your RP online via Met
 # --- registry and identity ---------------------------------------------------------------------------
 
 
-def test_registry_holds_all_seven_judges_under_their_names():
+def test_registry_holds_all_eight_judges_under_their_names():
     assert set(JUDGES) == {"r3a", *SINGLE_ROUND}
     modules = {"r3a": r3a, "umbrela": umbrela, "retro": retro, "tongxiao": tongxiao, "true": true_usefulness, "crux": crux,
-               "score-only": score_only}
+               "score-only": score_only, "rank1": rank1}
     for name, module in modules.items():
         judge = get_judge(name)
         assert judge is module.JUDGE and judge.name == name
@@ -107,6 +108,62 @@ def test_score_only_prompt_is_short_and_ends_at_the_score():
 def test_score_only_verdict_parser_is_strict(text, score, ok):
     a = score_only.JUDGE.parse_assessment(text, PAIR)
     assert (a.score, a.format_ok) == (score, ok) and bool(a.problems) != ok
+
+
+# --- Rank1: think, then p(true) read after </think> ---------------------------------------------------
+
+
+def test_rank1_reads_true_against_false_after_the_reasoning():
+    j = rank1.JUDGE
+    system, user = j.assess_messages(PAIR, None)
+    assert "Answer only with 'true' or 'false'" in user["content"]
+    assert user["content"].index(PAIR.query) < user["content"].index(PAIR.document)
+    assert (j.native_scale, j.native_values, j.score_open, j.reply_prefix) == ("0..1", (0, 1), "</think>", "<think>")
+    assert j.score_tokens == (" false", " true") and j.default_label_map == {0: 0, 1: 2}
+    assert not prefill_only(j)
+
+
+@pytest.mark.parametrize(
+    "text, score, problem",
+    [
+        ("<think>The post lists the renewal steps.</think> true", 1, None),
+        ("<think>Unrelated.</think>\nfalse\n", 0, None),
+        ("<think>x</think> True", 1, "lower case"),                          # read, but out of format
+        ("<think>x</think> true, because", 1, "text after the verdict"),
+        ("<think>x</think> maybe", None, "is not 'true' or 'false'"),
+        ("<think>x</think>", None, "no 'true' or 'false'"),
+        ("<think>x true", None, "missing </think>"),
+        ("Sure. <think>x</think> true", 1, "text outside"),
+        ("<think>a</think><think>b</think> false", 0, "opened 2"),
+    ],
+)
+def test_rank1_parser_reads_the_verdict_and_names_each_problem(text, score, problem):
+    a = rank1.JUDGE.parse_assessment(text, PAIR)
+    assert a.score == score and a.format_ok == (problem is None)
+    assert (problem is None) == (a.problems == ()) and (problem is None or any(problem in p for p in a.problems))
+
+
+@pytest.mark.parametrize(
+    "generation, expected, repaired",
+    [
+        ("<think>steps listed</think> true", "<think>steps listed</think>", False),
+        ("<think>steps listed", "<think>steps listed</think>", True),
+        ("<think>cut off </th", "<think>cut off</think>", True),
+        ("no think tag at all", "no think tag at all</think>", True),
+    ],
+)
+def test_rank1_repair_ends_where_the_verdict_is_read(generation, expected, repaired):
+    assert rank1.JUDGE.repair(generation) == (expected, repaired)
+
+
+def test_verdict_tail_completes_each_read_out_layout():
+    from r3edge.distill.teacher import verdict_tail
+
+    assert verdict_tail(umbrela.JUDGE, 2) == "2</score>"
+    assert verdict_tail(tongxiao.JUDGE, 3) == "3}"
+    assert verdict_tail(rank1.JUDGE, 1) == " true" and verdict_tail(rank1.JUDGE, 0) == " false"
+    reply, _ = rank1.JUDGE.repair("<think>steps listed</think> true")
+    assert rank1.JUDGE.parse_assessment(reply + verdict_tail(rank1.JUDGE, 1), PAIR).format_ok
 
 
 # --- the <think>…</think><score>N</score> judges -----------------------------------------------------

@@ -10,7 +10,7 @@ import sys
 import time
 
 import pytest
-from conftest import ROOT, SAMPLE_QUERIES, TINY_TEACHER
+from conftest import CONFIGS, ROOT, SAMPLE_QUERIES, TINY_TEACHER
 
 from r3edge.core.errors import R3EdgeError
 from r3edge.core.labels import read_labels, read_manifest, shard_paths
@@ -168,3 +168,21 @@ def test_shards_merge_only_when_complete_and_disjoint(sample_pairs_file, tmp_pat
     assert sorted(keys) == sorted(ALL_PAIRS) and len(keys) == len(set(keys))
     m = read_manifest(merged)
     assert m["complete"] and m["merged_from"] == ["0/2", "1/2"] and m["summary"]["pairs"] == len(ALL_PAIRS)
+
+
+def test_rank1_labels_are_p_true_on_the_two_ends_of_the_scale(sample_pairs_file, tmp_path):
+    """Rank1 through the transformers backend (the Qwen2.5 tokenizer, tiny random weights): the
+    verdict read after ``</think>`` is p(" true") against p(" false"), mapped to labels 0 and 2."""
+    text = (CONFIGS / "teacher" / "umbrela-tiny.yaml").read_text()
+    cfg = tmp_path / "rank1-tiny.yaml"
+    cfg.write_text(text.replace("name: umbrela-tiny", "name: rank1-tiny").replace("judge: umbrela", "judge: rank1")
+                   .replace("label_map: {0: 0, 1: 1, 2: 2}", "label_map: {0: 0, 1: 2}"))
+    out = label_pairs(sample_pairs_file, cfg, tmp_path / "labels")
+    rows = read_labels(out).to_pylist()
+    assert {(r["qid"], r["docid"]) for r in rows} == ALL_PAIRS
+    for r in rows:
+        assert r["judge"] == "rank1" and r["native_scale"] == "0..1" and r["native_score"] in (0.0, 1.0)
+        assert len(r["probs"]) == 3 and r["probs"][1] == 0 and abs(sum(r["probs"]) - 1) < 1e-9
+        assert r["score"] == 2 * int(r["native_score"]) and r["raw_assessment"].startswith("<think>")
+        assert 0 < r["probs"][2] < 1  # a read distribution, not a parsed word
+    assert read_manifest(out)["label_values"] == [0, 1, 2]

@@ -40,6 +40,7 @@ JUDGES = {
     "true": "r3edge.distill.judges.true_usefulness",
     "crux": "r3edge.distill.judges.crux",
     "score-only": "r3edge.distill.judges.score_only",
+    "rank1": "r3edge.distill.judges.rank1",
 }
 
 
