@@ -12,6 +12,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from r3edge.core.scoring import ENCODER_HEADS
+
 HEADER = ["system", "variant / engine", "kind", "p50 ms / request", "p95 ms", "pairs/s c=LO", "pairs/s c=HI",
           "gen tok / pair", "format fails", "nDCG@10", "accuracy", "macro F1", "AUC 0/12", "AUC 01/2",
           "agreement w/ teacher", "n", "hw"]
@@ -117,10 +119,6 @@ def subset_cells(row: dict) -> list[str]:
     sub = row["accuracy"]["on_teacher_pairs"]
     return [row["system"], str(row.get("variant") or "–"), _fmt(sub.get("accuracy")), _fmt(sub.get("f1_macro")),
             _fmt(sub.get("auc_0_12")), _fmt(sub.get("auc_01_2")), _fmt(sub.get("ndcg@10")), str(sub.get("n", "–"))]
-
-
-#: student heads whose weights are an encoder that the base-encoder cosine floor can be the base of
-ENCODER_HEADS = ("classifier", "cosine")
 
 
 def first_stage_lines(results: dict) -> list[str]:

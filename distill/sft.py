@@ -58,7 +58,7 @@ from r3edge.distill.hf_trainer import ProgressCallback, training_arguments
 from r3edge.distill.judges import get_judge
 from r3edge.distill.teacher import file_sha256, load_teacher_config
 from r3edge.distill.traces import Trace, gold_traces, label_traces, select
-from r3edge.model.loading import load_model, load_tokenizer, save_hf_model, torch_dtype
+from r3edge.model.loading import load_model, load_tokenizer, native_bf16, save_hf_model, torch_dtype
 
 REPORT_FILE = "sft_report.json"
 IGNORE = -100
@@ -255,13 +255,10 @@ def freeze_below(lm, layer_ids: Sequence[int]) -> None:
 
 
 def use_bf16(setting) -> bool:
+    """A config's ``bf16`` (true, false or auto) for this machine: auto is bf16 only where it is native."""
     if setting != "auto":
         return bool(setting)
-    if torch.cuda.is_available():
-        return torch.cuda.is_bf16_supported()
-    from r3edge.core.hardware import cpu_has_bf16
-
-    return cpu_has_bf16()
+    return native_bf16()
 
 
 def build_traces(cfg: SFTConfig, teacher: TeacherConfig, judge, *, gold: str | Path | None,

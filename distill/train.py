@@ -32,6 +32,7 @@ from r3edge.core.progress import Progress
 from r3edge.core.scoring import Encoded, Scorer
 from r3edge.distill.hf_trainer import ProgressCallback, training_arguments
 from r3edge.distill.losses import expected_scores, listwise_kl, margin_mse
+from r3edge.model.loading import native_bf16
 from r3edge.model.student import create_student, save_student, scoring_module
 
 REPORT_FILE = "train_report.json"
@@ -296,15 +297,6 @@ def split_by_query(qids: list[str], fraction: float, seed: int) -> tuple[np.ndar
     return np.flatnonzero(~is_eval), np.flatnonzero(is_eval)
 
 
-def _bf16_supported() -> bool:
-    if torch.cuda.is_available():
-        return torch.cuda.is_bf16_supported()
-    # CPU autocast runs bf16 GEMMs: ~4x faster than fp32 with AVX-512 BF16, ~7x slower without it
-    from r3edge.core.hardware import cpu_has_bf16
-
-    return cpu_has_bf16()
-
-
 def _provenance(manifest: dict, table) -> dict:
     keep = ("judge", "teacher_model", "prompt_hash", "pairs_sha256", "n_pairs", "n_labels", "label_values")
     out = {k: manifest[k] for k in keep if k in manifest}
@@ -344,7 +336,7 @@ def train_student(
     set_seed(tp.seed)
     lm, scorer = create_student(config)
     dataset, eval_set = _datasets(table, scorer, tp, labels_dir)
-    bf16 = tp.bf16 and _bf16_supported()
+    bf16 = tp.bf16 and native_bf16()  # CPU autocast bf16 GEMMs: ~4x faster than fp32 where native, ~7x slower elsewhere
     graph = scoring_module(lm, scorer)
     head_fit = (fit_cosine_head(graph, DistillCollator(scorer), dataset, tp, scorer.spec.label_values)
                 if scorer.spec.head == "cosine" else None)

@@ -58,3 +58,20 @@ def test_keep_layers_truncates_and_the_saved_student_reloads(tmp_path):
     too_many = base.model_copy(update={"model": base.model.model_copy(update={"keep_layers": 5})})
     with pytest.raises(R3EdgeError, match="keep_layers=5"):
         create_student(too_many)
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_bf16_auto_is_one_decision_for_loading_sft_and_student_training(monkeypatch, native):
+    """``dtype: auto`` (loading), ``bf16: auto`` (SFT, GRPO) and a student's ``bf16: true`` all ask
+    native_bf16: bf16 only where the CPU (here, no GPU) has it natively."""
+    import torch
+
+    from r3edge.distill.sft import use_bf16
+    from r3edge.model import loading
+
+    if torch.cuda.is_available():
+        pytest.skip("a GPU decides by torch.cuda.is_bf16_supported()")
+    monkeypatch.setattr(loading, "cpu_has_bf16", lambda: native)
+    assert loading.native_bf16() is native
+    assert loading.torch_dtype("auto") == (torch.bfloat16 if native else torch.float32)
+    assert use_bf16("auto") is native and use_bf16(True) is True and use_bf16(False) is False

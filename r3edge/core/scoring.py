@@ -42,6 +42,9 @@ HEADS = ("label_rows", "classifier", "cosine")
 #: the heads whose shared prefix (template head + query + mid) can run once per request: a causal
 #: student's key/value cache, a cosine student's query embedding (:meth:`Scorer.split`)
 PREFIX_HEADS = ("label_rows", "cosine")
+#: the heads whose weights are an encoder (a cross-encoder's classifier, a bi-encoder's cosine): the
+#: students a base encoder's zero-shot cosine ranking is the floor of
+ENCODER_HEADS = ("classifier", "cosine")
 
 
 @dataclass(frozen=True)

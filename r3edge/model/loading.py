@@ -180,13 +180,19 @@ def load_tokenizer(ref: str):
     return _from_pretrained(transformers.AutoTokenizer, _package_path(ref))
 
 
+def native_bf16() -> bool:
+    """Whether bf16 is native where torch runs here: a GPU that supports it, else a CPU with AVX-512
+    BF16 or AMX (r3edge.core.hardware). Elsewhere bf16 is a slow emulation (~7x slower GEMMs)."""
+    torch = require("torch", "train")
+    return torch.cuda.is_bf16_supported() if torch.cuda.is_available() else cpu_has_bf16()
+
+
 def torch_dtype(name: str):
-    """``float32`` / ``bfloat16`` as a torch dtype; ``auto`` is bf16 where it is native (a GPU that
-    supports it, a CPU with AVX-512 BF16 or AMX) and fp32 elsewhere (see r3edge.core.hardware)."""
+    """``float32`` / ``bfloat16`` as a torch dtype; ``auto`` is bf16 where it is native
+    (:func:`native_bf16`) and fp32 elsewhere."""
     torch = require("torch", "train")
     if name == "auto":
-        native = torch.cuda.is_bf16_supported() if torch.cuda.is_available() else cpu_has_bf16()
-        name = "bfloat16" if native else "float32"
+        name = "bfloat16" if native_bf16() else "float32"
     return getattr(torch, name)
 
 
