@@ -37,6 +37,15 @@ class SingleRound:
             "call assess_messages(pair, None) directly (two_round is False for this judge)",
         )
 
+    def _query_document(self, system: str, user: str, pair: PairContext, history: Messages | None) -> Messages:
+        """The assessment prompt of a judge that shows only the query and the document: ``user`` is
+        formatted with ``{query}`` and ``{document}``."""
+        self._check_history(history)
+        return [
+            {"role": "system", "content": system},
+            {"role": "user", "content": user.format(query=pair.query, document=pair.document)},
+        ]
+
     def _check_history(self, history: Messages | None) -> None:
         if history:
             raise InvalidInput(

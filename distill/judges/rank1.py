@@ -51,11 +51,7 @@ class Rank1Judge(SingleRound):
     prompt_hash: str = field(default=templates_hash(SYSTEM, USER, SCORE_OPEN, THINK_PREFIX))
 
     def assess_messages(self, pair: PairContext, history: Messages | None) -> Messages:
-        self._check_history(history)
-        return [
-            {"role": "system", "content": SYSTEM},
-            {"role": "user", "content": USER.format(query=pair.query, document=pair.document)},
-        ]
+        return self._query_document(SYSTEM, USER, pair, history)
 
     def parse_assessment(self, text: str, pair: PairContext) -> Assessment:
         """``<think>…</think>`` exactly once with only whitespace before it, then ``true`` or ``false``

@@ -50,11 +50,7 @@ class ScoreOnlyJudge(SingleRound):
     prompt_hash: str = field(default=templates_hash(SYSTEM, USER, SCORE_OPEN, SCORE_OPEN))
 
     def assess_messages(self, pair: PairContext, history: Messages | None) -> Messages:
-        self._check_history(history)
-        return [
-            {"role": "system", "content": SYSTEM},
-            {"role": "user", "content": USER.format(query=pair.query, document=pair.document)},
-        ]
+        return self._query_document(SYSTEM, USER, pair, history)
 
     def parse_assessment(self, text: str, pair: PairContext) -> Assessment:
         """Strict ``<score>N</score>``, nothing else but surrounding whitespace, N on the scale."""

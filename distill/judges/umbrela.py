@@ -55,11 +55,7 @@ class UmbrelaJudge(ThinkScore):
     prompt_hash: str = field(default=templates_hash(SYSTEM, USER, SCORE_OPEN, THINK_PREFIX))
 
     def assess_messages(self, pair: PairContext, history: Messages | None) -> Messages:
-        self._check_history(history)
-        return [
-            {"role": "system", "content": SYSTEM},
-            {"role": "user", "content": USER.format(query=pair.query, document=pair.document)},
-        ]
+        return self._query_document(SYSTEM, USER, pair, history)
 
 
 JUDGE = UmbrelaJudge()
