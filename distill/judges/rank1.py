@@ -5,12 +5,12 @@ query. Answer only with 'true' or 'false'." and the query and passage, reasons i
 and ends with ``</think> true`` or ``</think> false``. Its score is not the word it writes but
 p(true) against p(false) at the position after ``</think>``: a continuous relevance that ranks the
 candidates. r3edge sends the prompt as the user message of an instruct model's chat template (Rank1's
-own checkpoints were fine-tuned for the format; a zero-shot instruct model is only asked for it), with
-the reply prefilled by ``<think>`` as in Rank1.
+own checkpoints were fine-tuned for the format; a zero-shot instruct model is put on it only by the
+reply's prefilled ``<think>``, as in Rank1).
 
 The backend stops at ``</think>`` (:data:`SCORE_OPEN`), or closes a cut-off reasoning the way the
 other judges' repairs do, and reads the probabilities of `` false`` and `` true`` there. The native
-scale is 0..1; :data:`DEFAULT_LABEL_MAP` sends false to label 0 and true to label 2, so the student's
+scale is 0..1; the default label map sends false to label 0 and true to label 2, so the student's
 expected label is ``2 * p(true)`` and label 1 is never given (a binary judge has no middle grade).
 
 ``format_ok``: ``<think>…</think>`` once, then ``true`` or ``false`` and nothing else but whitespace.
