@@ -198,3 +198,38 @@ def test_score_only_reads_the_same_probabilities_as_the_transformers_backend(vll
     clear = top2[:, 1] - top2[:, 0] > 2 * tolerance
     assert clear.any() and (probs_v.argmax(1) == probs_t.argmax(1))[clear].all()
     served.close()
+
+
+def test_rank1_labels_through_vllm_read_what_the_transformers_backend_reads(vllm_server, smollm2_dir, sample_pairs_file,
+                                                                           tmp_path):
+    """Rank1 end to end through vLLM: generation stops at "</think>" (or is closed there), and the
+    p(" true") vs p(" false") read from vLLM's top_logprobs is what the in-process forward reads after
+    the same reply (the leading-space tokens, not "true" without one)."""
+    import numpy as np
+
+    from r3edge.core.config import GenerationParams, ModelSpec, TeacherConfig, load_yaml
+    from r3edge.core.pairs import read_queries
+    from r3edge.distill.backends.transformers_backend import TransformersBackend
+    from r3edge.distill.judges import get_judge
+    from r3edge.distill.teacher import label_pairs, pair_context
+
+    judge = get_judge("rank1")
+    cfg_path = _teacher_yaml(tmp_path, "rank1", "label_map: {0: 0, 1: 2}\n")
+    out = label_pairs(sample_pairs_file, cfg_path, tmp_path / "labels", base_url=vllm_server)
+    cfg = load_yaml(cfg_path, TeacherConfig)
+    pairs = {(q.qid, c.docid): pair_context(cfg, q, c) for q in read_queries(sample_pairs_file) for c in q.candidates}
+    rows = read_labels(out).to_pylist()
+    assert len(rows) == sum(len(q["candidates"]) for q in SAMPLE_QUERIES)
+    local = TransformersBackend(ModelSpec(pretrained=str(smollm2_dir), dtype="auto"), GenerationParams(batch_size=4))
+    tolerance = SCORE_ONLY_TOLERANCE[str(local.model.dtype).removeprefix("torch.")]
+    convs, served = [], []
+    for r in rows:
+        assert r["raw_assessment"].startswith("<think>") and r["probs"][1] == 0
+        assert r["repaired"] == ("</think>" not in r["raw_assessment"])
+        reply, _ = judge.repair(r["raw_assessment"])
+        convs.append((judge.assess_messages(pairs[(r["qid"], r["docid"])], None), reply))
+        served.append([r["probs"][0], r["probs"][2]])
+    _, probs_t = local.read_scores(convs, judge.score_tokens)
+    diff = float(np.abs(np.array(served) - probs_t).max())
+    print(f"rank1 vLLM vs transformers read after the same reply: max |dp| = {diff:.2e}")
+    assert diff < tolerance

@@ -189,7 +189,7 @@ def _score_probs(resp: dict, score_tokens: Sequence[str], base_url: str) -> np.n
         key = t["token"].strip()
         by_token[key] = max(by_token.get(key, -math.inf), float(t["logprob"]))
     floor = min(float(t["logprob"]) for t in top)  # anything outside the top-k is at most this likely
-    lp = np.array([by_token.get(tok, floor) for tok in score_tokens], dtype=np.float64)
+    lp = np.array([by_token.get(tok.strip(), floor) for tok in score_tokens], dtype=np.float64)  # " true" is "true"
     p = np.exp(lp - lp.max())
     return p / p.sum()
 

@@ -29,7 +29,11 @@ SYSTEM = "You are a search relevance judge."
 USER = (
     "Determine if the following passage is relevant to the query. Answer only with 'true' or 'false'.\n"
     "Query: {query}\n"
-    "Passage: {document}"
+    "Passage: {document}\n\n"
+    # Rank1's checkpoints learnt the layout; a zero-shot model is told it (without it, Qwen2.5-Coder-1.5B
+    # answered "True</think>", inside the reasoning and capitalised, so nothing was read after </think>)
+    "Think it through briefly first, then answer. Reply in exactly this form and nothing else:\n"
+    "<think>your brief reasoning</think> true or false"
 )
 
 SCORE_OPEN = "</think>"
