@@ -4,9 +4,9 @@ Rank1's reranker is prompted per pair with "Determine if the following passage i
 query. Answer only with 'true' or 'false'." and the query and passage, reasons inside ``<think>``,
 and ends with ``</think> true`` or ``</think> false``. Its score is not the word it writes but
 p(true) against p(false) at the position after ``</think>``: a continuous relevance that ranks the
-candidates. r3edge sends the prompt as the user message of an instruct model's chat template (Rank1's
-own checkpoints were fine-tuned for the format; a zero-shot instruct model is put on it only by the
-reply's prefilled ``<think>``, as in Rank1).
+candidates. r3edge sends the prompt as the user message of an instruct model's chat template, with one
+more line that states the reply's layout (Rank1's own checkpoints were fine-tuned for it; a zero-shot
+instruct model has to be told), and prefills the reply with ``<think>`` as Rank1 does.
 
 The backend stops at ``</think>`` (:data:`SCORE_OPEN`), or closes a cut-off reasoning the way the
 other judges' repairs do, and reads the probabilities of `` false`` and `` true`` there. The native
