@@ -5,7 +5,7 @@ concurrency 1, then whole higher-concurrency phases). On a 2-core CPU a 1.5B jud
 sittings this prints, per journal, the concurrency-1 requests answered so far: their latencies (p50 / p95
 per top-100 request), generated tokens and format failures per pair, the load average each was measured
 at, which higher-concurrency phases ended, and nDCG@10 against SemEval gold over the answered questions
-(r3edge's own ``ndcg_at_k``, each pair ranked by its expected label, as the bench's report ranks judges).
+(r3edge's own ``relevance_metrics``, each pair ranked by its expected label, as the bench's report ranks judges).
 Interim numbers only: the committed report's rows come from ``r3edge bench``.
 
     .venv/bin/python benchmarks/scripts/judge_journal_progress.py \\
@@ -20,21 +20,21 @@ from pathlib import Path
 
 import numpy as np
 
-from r3edge.core.metrics import ndcg_at_k
+from r3edge.core.metrics import relevance_metrics
 from r3edge.distill.datasets import semeval_queries
 from r3edge.distill.judge_journal import JudgeJournal
 
 
 def summary(path: Path, gold: dict[str, int]) -> list[str]:
-    served, wall, runs = JudgeJournal(path).first_phase()
-    phases = sorted(JudgeJournal(path).phases())
+    journal = JudgeJournal(path)
+    served, _, runs = journal.first_phase()
+    phases = sorted(journal.phases())
     if not served:
         return [path.stem, "0", *["–"] * 6, ", ".join(map(str, phases)) or "–"]
     lat = np.array([r["latency_s"] for r in served])
     pairs = sum(r["n_pairs"] for r in served)
     docs = [(r["qid"], d, p) for r in served for d, p in r["probs"].items() if p is not None]
-    scores = np.array([float(np.dot(p, np.arange(len(p)))) for _, _, p in docs])
-    nd = ndcg_at_k(np.array([gold[d] for _, d, _ in docs], dtype=float), scores, [q for q, _, _ in docs])
+    nd = relevance_metrics([gold[d] for _, d, _ in docs], [p for _, _, p in docs], [q for q, _, _ in docs])
     loads = [ln["load_1min"] for ln in map(json.loads, path.read_text().splitlines()) if ln["kind"] == "request"]
     return [path.stem, f"{len(served)} ({runs} runs)", f"{np.percentile(lat, 50):.0f}", f"{np.percentile(lat, 95):.0f}",
             f"{sum(r['generated_tokens'] for r in served) / pairs:.1f}",
