@@ -482,15 +482,11 @@ class _Run:
         return out
 
 
-#: what closes a verdict after its score token, by score marker (Rank1's ``</think> true`` has nothing)
-_VERDICT_CLOSE = {"<score>": "</score>", '"overall": ': "}"}
-
-
 def verdict_tail(judge, native: int) -> str:
     """The text after the score marker that completes a verdict: the score token of ``native`` and
-    its closing (``2</score>`` for tag judges, ``2}`` for Tongxiao's JSON, `` true`` for Rank1)."""
+    the judge's ``score_close`` (``2</score>`` for tag judges, ``2}`` for Tongxiao's JSON, `` true`` for Rank1)."""
     token = judge.score_tokens[judge.native_values.index(native)] if judge.score_tokens else str(native)
-    return token + _VERDICT_CLOSE.get(judge.score_open, "")
+    return token + judge.score_close
 
 
 def _sample_weights(scores, logprobs, mode: str) -> np.ndarray:

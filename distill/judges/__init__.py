@@ -87,6 +87,7 @@ class Judge(Protocol):
     native_values: tuple[int, ...]  # every score the rubric allows, e.g. (0, 1, 2) or 0..100
     score_tokens: tuple[str, ...] | None  # read-out tokens, one per native value in order; None: sample
     score_open: str                # the reasoning ends here; what follows is the score
+    score_close: str               # what follows the score token in a complete verdict ("</score>", "}", "")
     prompt_hash: str               # sha256 of the templates: a prompt change is a different teacher
     reply_prefix: str              # prefilled at the start of every assistant reply (part of the raw text)
     two_round: bool                # R³A: an intent round per query before the per-pair round

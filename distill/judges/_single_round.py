@@ -14,6 +14,7 @@ from r3edge.core.errors import InvalidInput, R3EdgeError
 from r3edge.distill.judges import Assessment, Intent, Messages, PairContext, close_think, tag_problems
 
 SCORE_OPEN = "<score>"
+SCORE_CLOSE = "</score>"
 # Prefilled at the start of every reply (as in R³A): it puts small models on the format's track.
 THINK_PREFIX = "<think>"
 THINK_SCORE_TAGS = ("think", "score")

@@ -59,6 +59,7 @@ ASSESS_USER = (
 )
 
 SCORE_OPEN = "<score>"
+SCORE_CLOSE = "</score>"
 # Every reply is started with "<think>" (prefilled in the assistant turn), which puts small models on
 # the format's track; it is part of the stored raw text and of the prompt hash.
 REPLY_PREFIX = "<think>"
@@ -75,6 +76,7 @@ class R3AJudge:
     two_round: bool = True
     default_label_map: dict | None = field(default_factory=lambda: {0: 0, 1: 1, 2: 2})
     score_open: str = SCORE_OPEN
+    score_close: str = SCORE_CLOSE
     reply_prefix: str = REPLY_PREFIX
     prompt_hash: str = field(
         default=templates_hash(SYSTEM, INTENT_USER, AUX_ITEM, NO_AUX, ASSESS_USER, SCORE_OPEN, REPLY_PREFIX)

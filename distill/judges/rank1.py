@@ -37,6 +37,7 @@ USER = (
 )
 
 SCORE_OPEN = "</think>"
+SCORE_CLOSE = ""  # the verdict word is the last thing in the reply
 VALUES = (0, 1)
 WORDS = ("false", "true")  # the verdict word of each native value
 _WORD = re.compile(r"\s*(\w*)(.*)", re.DOTALL)  # the first word after the marker, and what follows it
@@ -52,6 +53,7 @@ class Rank1Judge(SingleRound):
     two_round: bool = False
     default_label_map: dict | None = field(default_factory=lambda: {0: 0, 1: 2})
     score_open: str = SCORE_OPEN
+    score_close: str = SCORE_CLOSE
     reply_prefix: str = THINK_PREFIX
     prompt_hash: str = field(default=templates_hash(SYSTEM, USER, SCORE_OPEN, THINK_PREFIX))
 

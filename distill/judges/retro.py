@@ -27,6 +27,7 @@ from typing import Literal
 from r3edge.core.errors import InvalidInput
 from r3edge.distill.judges import Assessment, Messages, PairContext, templates_hash
 from r3edge.distill.judges._single_round import (
+    SCORE_CLOSE,
     SCORE_OPEN,
     THINK_PREFIX,
     SingleRound,
@@ -91,6 +92,7 @@ class RetroJudge(SingleRound):
     two_round: bool = False
     default_label_map: dict | None = None  # 0..100 -> labels by the config's bands
     score_open: str = SCORE_OPEN
+    score_close: str = SCORE_CLOSE
     reply_prefix: str = THINK_PREFIX
     prompt_hash: str = field(default=templates_hash(SYSTEM, USER, DEFAULT_DEFINITION, *STEPS, SCORE_OPEN, THINK_PREFIX))
 

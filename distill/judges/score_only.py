@@ -19,7 +19,7 @@ import re
 from dataclasses import dataclass, field
 
 from r3edge.distill.judges import Assessment, Messages, PairContext, templates_hash
-from r3edge.distill.judges._single_round import SCORE_OPEN, SingleRound, parse_score
+from r3edge.distill.judges._single_round import SCORE_CLOSE, SCORE_OPEN, SingleRound, parse_score
 
 SYSTEM = "You grade how relevant a document is to a search query. You answer with the grade only."
 
@@ -46,6 +46,7 @@ class ScoreOnlyJudge(SingleRound):
     two_round: bool = False
     default_label_map: dict | None = field(default_factory=lambda: {0: 0, 1: 1, 2: 2})
     score_open: str = SCORE_OPEN
+    score_close: str = SCORE_CLOSE
     reply_prefix: str = SCORE_OPEN  # the prompt ends at the marker: prefill only, nothing generated
     prompt_hash: str = field(default=templates_hash(SYSTEM, USER, SCORE_OPEN, SCORE_OPEN))
 

@@ -29,6 +29,7 @@ from r3edge.distill.judges import Assessment, Messages, PairContext, templates_h
 from r3edge.distill.judges._single_round import SingleRound, describe_values
 
 SCORE_OPEN = '"overall": '
+SCORE_CLOSE = "}"  # the JSON object's end
 # Prefilled at the start of every reply: it starts the numbered steps the format asks for.
 REPLY_PREFIX = "1. Search intent:"
 #: every key of the verdict with its allowed values, in the order the reply writes them (overall last)
@@ -173,6 +174,7 @@ class TongxiaoJudge(SingleRound):
     two_round: bool = False
     default_label_map: dict | None = field(default_factory=lambda: {0: 0, 1: 0, 2: 1, 3: 2})
     score_open: str = SCORE_OPEN
+    score_close: str = SCORE_CLOSE
     reply_prefix: str = REPLY_PREFIX
     prompt_hash: str = field(default=templates_hash(
         SYSTEM, USER, CASE, EXAMPLE, EXAMPLES_TEXT, NOT_GIVEN, json.dumps(RANGES), SCORE_OPEN, REPLY_PREFIX))

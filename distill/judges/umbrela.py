@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from r3edge.distill.judges import Messages, PairContext, templates_hash
 from r3edge.distill.judges._single_round import (
+    SCORE_CLOSE,
     SCORE_OPEN,
     THINK_PREFIX,
     ThinkScore,
@@ -51,6 +52,7 @@ class UmbrelaJudge(ThinkScore):
     two_round: bool = False
     default_label_map: dict | None = field(default_factory=lambda: {0: 0, 1: 1, 2: 2})
     score_open: str = SCORE_OPEN
+    score_close: str = SCORE_CLOSE
     reply_prefix: str = THINK_PREFIX
     prompt_hash: str = field(default=templates_hash(SYSTEM, USER, SCORE_OPEN, THINK_PREFIX))
 
