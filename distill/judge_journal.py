@@ -3,9 +3,10 @@
 On a 2-core CPU one top-100 request to a reasoning judge takes minutes, and a comparison of every seed
 judge takes longer than one sitting. So every request served at concurrency 1 is appended here as soon
 as it is answered, and every phase at a higher concurrency when it ends: its throughput is one wall
-time, so a phase cut short is served again whole. A rerun with the same judge config, weights, kind of
-engine, queries and request counts reads them back and serves only what is missing; a change to any of
-them starts another file. Each line records when it was measured and the machine's load average then,
+time, so a phase cut short is served again whole. A rerun with the same judge config (its weights'
+path), kind of engine, machine (CPU model, SIMD extensions, cores, GPUs: the caller's settings),
+queries and request counts reads them back and serves only what is missing; a change to any of them
+starts another file. Each line records when it was measured and the machine's load average then,
 because a resumed row's requests were timed at different times of a shared machine.
 """
 

@@ -33,6 +33,7 @@ from typing import TextIO
 
 from r3edge.core.config import TeacherConfig
 from r3edge.core.errors import InvalidInput
+from r3edge.core.hardware import compute_identity
 from r3edge.core.pairs import QueryCandidates
 from r3edge.distill.judge_journal import JudgeJournal
 
@@ -277,14 +278,15 @@ class _Resumed:
 def _resume(cfg: TeacherConfig, queries, name: str, base_url, requests: int, concurrency, max_in_flight: int,
             journal_dir) -> _Resumed:
     """A judge row's :class:`_Resumed` state. The journal is keyed by everything that changes what is
-    measured (not the server's port)."""
+    measured (not the server's port), this machine's compute identity included: a request timed on
+    another CPU (and, through ``dtype: auto``, in another dtype) is never mixed into this one's row."""
     n1 = max(requests, len(queries))
     wanted = [c for c in dict.fromkeys(concurrency) if c != 1 and base_url]
     if journal_dir is None:
         return _Resumed(None, n1, wanted)
     settings = {"teacher": cfg.model_dump(mode="json", exclude={"base_url", "backend"}),
                 "engine": "openai" if base_url else "transformers", "requests": requests,
-                "concurrency": list(concurrency), "max_in_flight": max_in_flight}
+                "concurrency": list(concurrency), "max_in_flight": max_in_flight, "hardware": compute_identity()}
     journal = JudgeJournal.open(journal_dir, name, settings, queries)
     done, wall1, runs = journal.first_phase()
     phases = {c: _phase([ServedRequest(**d) for d in reqs], w, c) for c, (reqs, w) in journal.phases().items()}

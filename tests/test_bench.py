@@ -146,7 +146,8 @@ def test_judge_reranker_is_the_labelling_judge(sample_pairs_file, tmp_path, monk
 
 def test_a_stopped_judge_benchmark_resumes_from_its_journal(sample_pairs_file, tmp_path, monkeypatch, capsys):
     """A judge run killed after its first answered request serves only the missing ones on rerun, with the
-    same verdicts as one uninterrupted run; a finished one loads no engine at all; other settings start afresh."""
+    same verdicts as one uninterrupted run; a finished one loads no engine at all; other settings, or another
+    machine, start afresh."""
     from r3edge.core.pairs import read_queries
     from r3edge.distill import judge_rerank
     from r3edge.distill.judge_rerank import JudgeSpec, judge_config, measure_judge
@@ -176,6 +177,12 @@ def test_a_stopped_judge_benchmark_resumes_from_its_journal(sample_pairs_file, t
     assert again["probs"] == whole["probs"] and again["phases"][1]["latency_s"] == phase["latency_s"]
     with pytest.raises(AssertionError, match="must not load"):  # another request count is another measurement
         measure_judge(cfg, queries, requests=4, concurrency=(1,), journal_dir=journal_dir)
+    from r3edge.core.hardware import compute_identity
+
+    here = compute_identity()
+    monkeypatch.setattr(judge_rerank, "compute_identity", lambda: {**here, "cpu_flags": ["avx2"]})
+    with pytest.raises(AssertionError, match="must not load"):  # and so is one on another CPU
+        measure_judge(cfg, queries, requests=3, concurrency=(1,), journal_dir=journal_dir)
 
 
 def test_judge_entries_parse_and_bad_ones_name_the_fix():

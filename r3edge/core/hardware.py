@@ -8,17 +8,67 @@ therefore say ``dtype: auto`` and get bf16 only where it is native.
 
 from __future__ import annotations
 
+import os
+import platform
+import shutil
+import subprocess
 from functools import cache
-from pathlib import Path
 
 _BF16_FLAGS = ("avx512_bf16", "amx_bf16")
+#: The SIMD extensions that decide CPU speed here: "AMD EPYC" alone names boxes from AVX2-only
+#: (bf16 emulated, ~2 GFLOP/s) to AVX-512 with native bf16 and VNNI (~400 GFLOP/s bf16).
+SIMD_FLAGS = ("avx2", "avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16", "amx_bf16", "amx_int8")
 
 
 @cache
 def cpu_has_bf16() -> bool:
     """Whether the CPU has native bf16 instructions (Linux /proc/cpuinfo flags; False where unreadable)."""
+    return any(flag in cpu_flags() for flag in _BF16_FLAGS)
+
+
+def _cpuinfo(field: str) -> str | None:
+    """The first ``field`` line of /proc/cpuinfo (Linux), its value only."""
     try:
-        flags = Path("/proc/cpuinfo").read_text()
+        with open("/proc/cpuinfo", encoding="utf-8") as fh:
+            for line in fh:
+                if line.startswith(field):
+                    return line.split(":", 1)[1].strip()
     except OSError:
-        return False
-    return any(flag in flags for flag in _BF16_FLAGS)
+        pass
+    return None
+
+
+def cpu_model() -> str:
+    return _cpuinfo("model name") or platform.processor() or platform.machine()
+
+
+def cpu_flags() -> list[str]:
+    """Which of :data:`SIMD_FLAGS` this CPU has."""
+    present = set((_cpuinfo("flags") or "").split())
+    return [f for f in SIMD_FLAGS if f in present]
+
+
+def usable_cores() -> int | None:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count()
+
+
+def gpus() -> list[str]:
+    """``name, memory`` of each NVIDIA GPU nvidia-smi lists (none without it)."""
+    if not shutil.which("nvidia-smi"):
+        return []
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=name,memory.total", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    return [line.strip() for line in out.stdout.splitlines() if line.strip()]
+
+
+def compute_identity() -> dict:
+    """What a latency measured here depends on: CPU model, its SIMD extensions, usable cores and GPUs.
+    Timings taken on machines with different identities are not comparable (a benchmark resumed on
+    another machine starts its measurements again)."""
+    return {"cpu": cpu_model(), "cpu_flags": cpu_flags(), "cores_usable": usable_cores(), "gpus": gpus()}
