@@ -20,8 +20,11 @@ def backend():
     from r3edge.distill.backends.transformers_backend import TransformersBackend
 
     cfg = load_teacher_config(SCORE_ONLY_SMOLLM2)
-    # 3 rows a batch: padded batches whose rows share the prompt's head (prefilled once), and a last short batch
-    return TransformersBackend(cfg.model, cfg.generation.model_copy(update={"batch_size": 3}))
+    # 3 rows a batch: padded batches whose rows share the prompt's head (prefilled once), and a last short batch.
+    # fp32, so that the comparison checks batching alone: the config's `dtype: auto` is bf16 on CPUs with
+    # native bf16, where a padded batch and a single forward round differently (up to 0.03 in p here)
+    return TransformersBackend(cfg.model.model_copy(update={"dtype": "float32"}),
+                               cfg.generation.model_copy(update={"batch_size": 3}))
 
 
 def _convs():
