@@ -6,8 +6,9 @@ as it is answered, and every phase at a higher concurrency when it ends: its thr
 time, so a phase cut short is served again whole. A rerun with the same judge config (its weights'
 path), kind of engine, machine (CPU model, SIMD extensions, cores, GPUs: the caller's settings),
 queries and request counts reads them back and serves only what is missing; a change to any of them
-starts another file. Each line records when it was measured and the machine's load average then,
-because a resumed row's requests were timed at different times of a shared machine.
+starts another file, whose first line states those settings. Each answer records when it was measured
+and the machine's load average then, because a resumed row's requests were timed at different times of
+a shared machine.
 """
 
 from __future__ import annotations
@@ -26,8 +27,9 @@ from r3edge.core.pairs import QueryCandidates
 class JudgeJournal:
     """One judge row's answered requests: ``<dir>/<row name>-<settings hash>.jsonl``."""
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, settings: dict | None = None):
         self.path = path
+        self.settings = settings  # written as the file's first line, so a reader sees what the hash stands for
         self.segment = f"{os.getpid()}-{time.time():.0f}"   # this process's requests, timed as one stretch
 
     @classmethod
@@ -41,7 +43,7 @@ class JudgeJournal:
             data = path.read_bytes()
             if data and not data.endswith(b"\n"):
                 path.write_bytes(data[: data.rfind(b"\n") + 1])
-        return cls(path)
+        return cls(path, settings)
 
     def _lines(self) -> list[dict]:
         if not self.path.is_file():
@@ -80,8 +82,15 @@ class JudgeJournal:
         self._append({"kind": "phase", "concurrency": concurrency, "wall_s": wall_s, "finished_at": time.time(),
                       "load_1min": os.getloadavg()[0], "requests": list(served)})
 
+    def recorded_settings(self) -> dict | None:
+        """The settings line a journal starts with (None in journals written before it was added)."""
+        return next((r["settings"] for r in self._lines() if r["kind"] == "settings"), None)
+
     def _append(self, record: dict) -> None:
+        new = not self.path.is_file() or self.path.stat().st_size == 0
         with self.path.open("a") as f:
+            if new and self.settings is not None:
+                f.write(json.dumps({"kind": "settings", "settings": self.settings}, default=str) + "\n")
             f.write(json.dumps(record) + "\n")
             f.flush()
             os.fsync(f.fileno())

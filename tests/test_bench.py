@@ -150,6 +150,7 @@ def test_a_stopped_judge_benchmark_resumes_from_its_journal(sample_pairs_file, t
     machine, start afresh."""
     from r3edge.core.pairs import read_queries
     from r3edge.distill import judge_rerank
+    from r3edge.distill.judge_journal import JudgeJournal
     from r3edge.distill.judge_rerank import JudgeSpec, judge_config, measure_judge
 
     queries = read_queries(sample_pairs_file)
@@ -158,9 +159,12 @@ def test_a_stopped_judge_benchmark_resumes_from_its_journal(sample_pairs_file, t
     journal_dir = tmp_path / "judges"
     measure_judge(cfg, queries, requests=3, concurrency=(1,), journal_dir=journal_dir)
     (path,) = journal_dir.glob("*.jsonl")
-    lines = path.read_text().splitlines()
+    from r3edge.core.hardware import compute_identity
+
+    head, *lines = path.read_text().splitlines()
+    assert json.loads(head)["kind"] == "settings" and JudgeJournal(path).recorded_settings()["hardware"] == compute_identity()
     assert [json.loads(x)["index"] for x in lines] == [0, 1, 2]
-    path.write_text(lines[0] + "\n" + lines[1][: len(lines[1]) // 2])  # killed while writing the second answer
+    path.write_text(head + "\n" + lines[0] + "\n" + lines[1][: len(lines[1]) // 2])  # killed writing the 2nd answer
     capsys.readouterr()
     resumed = measure_judge(cfg, queries, requests=3, concurrency=(1,), journal_dir=journal_dir)
     assert "1/3 concurrency-1 requests already answered" in capsys.readouterr().err
@@ -177,8 +181,6 @@ def test_a_stopped_judge_benchmark_resumes_from_its_journal(sample_pairs_file, t
     assert again["probs"] == whole["probs"] and again["phases"][1]["latency_s"] == phase["latency_s"]
     with pytest.raises(AssertionError, match="must not load"):  # another request count is another measurement
         measure_judge(cfg, queries, requests=4, concurrency=(1,), journal_dir=journal_dir)
-    from r3edge.core.hardware import compute_identity
-
     here = compute_identity()
     monkeypatch.setattr(judge_rerank, "compute_identity", lambda: {**here, "cpu_flags": ["avx2"]})
     with pytest.raises(AssertionError, match="must not load"):  # and so is one on another CPU
