@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
@@ -23,6 +22,7 @@ from grpc_reflection.v1alpha import reflection
 from r3edge.api import SERVICE_NAME
 from r3edge.core.artifact import Runtime
 from r3edge.core.errors import Unavailable
+from r3edge.core.hardware import usable_cores
 from r3edge.core.runtime_loader import open_runtime
 from r3edge.core.scoring import default_max_batch_tokens
 from r3edge.serve import security
@@ -34,14 +34,6 @@ from r3edge.serve.metrics import ServeMetrics
 log = logging.getLogger("r3edge.serve")
 
 
-def machine_threads() -> int:
-    """CPUs this process may run on (its affinity, which containers and taskset narrow)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
-
-
 #: Batcher threads when ``--workers`` is unset. On 2 CPU cores two single-threaded workers served 16
 #: clients' top-10s at 1.56-1.72x the pairs/s of the per-request server and a lone top-100 in 0.70-0.72x
 #: its time, where one two-threaded worker gave 1.25-1.35x: small micro-batches split badly over two
@@ -51,14 +43,14 @@ DEFAULT_WORKERS = 2
 
 def workers_for(cfg: ServeConfig) -> int:
     """The configured workers, or :data:`DEFAULT_WORKERS` (never more than the CPUs this process may use)."""
-    return cfg.workers or max(1, min(DEFAULT_WORKERS, machine_threads()))
+    return cfg.workers or max(1, min(DEFAULT_WORKERS, usable_cores()))
 
 
 def load_runtime_for(cfg: ServeConfig) -> Runtime:
     """The artifact's runtime for the configured variant, ONNX Runtime or OpenVINO as its manifest
     says (the server never runs torch); its threads default to the machine's CPUs shared among the
     engine's workers."""
-    return open_runtime(cfg.artifact, variant=cfg.variant, threads=cfg.threads or max(1, machine_threads() // workers_for(cfg)),
+    return open_runtime(cfg.artifact, variant=cfg.variant, threads=cfg.threads or max(1, usable_cores() // workers_for(cfg)),
                         prefix_reuse=cfg.prefix_reuse)
 
 

@@ -493,7 +493,7 @@ def test_two_workers_by_default_and_never_more_than_the_cpus(tiny_artifact, monk
 
     cfg = ServeConfig(artifact=str(tiny_artifact))
     for cpus, want in ((1, 1), (2, 2), (16, 2)):
-        monkeypatch.setattr(server, "machine_threads", lambda cpus=cpus: cpus)
+        monkeypatch.setattr(server, "usable_cores", lambda cpus=cpus: cpus)
         assert server.workers_for(cfg) == want
     assert server.workers_for(cfg.model_copy(update={"workers": 3})) == 3
 

@@ -48,11 +48,12 @@ def cpu_flags() -> list[str]:
     return [f for f in SIMD_FLAGS if f in present]
 
 
-def usable_cores() -> int | None:
+def usable_cores() -> int:
+    """CPUs this process may run on (its affinity, which containers and taskset narrow)."""
     try:
         return len(os.sched_getaffinity(0))
-    except AttributeError:
-        return os.cpu_count()
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
 
 
 def gpus() -> list[str]:
