@@ -148,6 +148,7 @@ def test_a_stopped_judge_benchmark_resumes_from_its_journal(sample_pairs_file, t
     """A judge run killed after its first answered request serves only the missing ones on rerun, with the
     same verdicts as one uninterrupted run; a finished one loads no engine at all; other settings, or another
     machine, start afresh."""
+    from r3edge.core.hardware import compute_identity
     from r3edge.core.pairs import read_queries
     from r3edge.distill import judge_rerank
     from r3edge.distill.judge_journal import JudgeJournal
@@ -159,8 +160,6 @@ def test_a_stopped_judge_benchmark_resumes_from_its_journal(sample_pairs_file, t
     journal_dir = tmp_path / "judges"
     measure_judge(cfg, queries, requests=3, concurrency=(1,), journal_dir=journal_dir)
     (path,) = journal_dir.glob("*.jsonl")
-    from r3edge.core.hardware import compute_identity
-
     head, *lines = path.read_text().splitlines()
     assert json.loads(head)["kind"] == "settings" and JudgeJournal(path).recorded_settings()["hardware"] == compute_identity()
     assert [json.loads(x)["index"] for x in lines] == [0, 1, 2]

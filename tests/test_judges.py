@@ -156,38 +156,6 @@ def test_rank1_repair_ends_where_the_verdict_is_read(generation, expected, repai
     assert rank1.JUDGE.repair(generation) == (expected, repaired)
 
 
-# A well-formed reply of every read-out judge and the native score it states.
-READ_OUT_REPLIES = {
-    "r3a": ("<think>It explains the steps.</think><extract>upload passport, pay 500 QR</extract><score>2</score>", 2),
-    "umbrela": ("<think>The post gives the exact renewal steps.</think><score>2</score>", 2),
-    "true": ("<think>Clicked, long dwell.</think><score>3</score>", 3),
-    "crux": ("<think>The fee is stated.</think><score>4</score>", 4),
-    "score-only": ("<score>1</score>", 1),
-    "rank1": ("<think>steps listed</think> true", 1),
-    "tongxiao": (None, 3),  # TX_GOOD, with the Tongxiao tests below
-}
-
-
-@pytest.mark.parametrize("name", sorted(READ_OUT_REPLIES))
-def test_verdict_tail_completes_each_read_out_layout(name):
-    """The reply cut at its score marker plus verdict_tail is the judge's own well-formed reply again
-    (what labelling parses after reading the score there), so a judge's ``score_close`` fits its layout."""
-    from r3edge.distill.teacher import verdict_tail
-
-    j = get_judge(name)
-    reply, native = READ_OUT_REPLIES[name]
-    reply = TX_GOOD if name == "tongxiao" else reply
-    cut = reply[: reply.rindex(j.score_open) + len(j.score_open)]
-    assert cut + verdict_tail(j, native) == reply
-    pair = TX_PAIR if name == "tongxiao" else PAIR
-    a = j.parse_assessment(cut + verdict_tail(j, native), pair)
-    assert a.format_ok and a.score == native
-
-
-def test_every_read_out_judge_has_a_verdict_to_complete():
-    assert {n for n in JUDGES if get_judge(n).score_tokens is not None} == set(READ_OUT_REPLIES)
-
-
 # --- the <think>…</think><score>N</score> judges -----------------------------------------------------
 
 GOOD = {
@@ -290,6 +258,36 @@ TX_STEPS = (
     "5. Overall: nothing lowers the match.\n"
 )
 TX_GOOD = TX_STEPS + '{"recency": 1, "match": 3, "trustworthy": 1, "overall": 3}'
+
+
+# A well-formed reply of every read-out judge, the native score it states, and the pair it judges.
+READ_OUT_REPLIES = {
+    "r3a": ("<think>It explains the steps.</think><extract>upload passport, pay 500 QR</extract><score>2</score>", 2, PAIR),
+    "umbrela": ("<think>The post gives the exact renewal steps.</think><score>2</score>", 2, PAIR),
+    "true": ("<think>Clicked, long dwell.</think><score>3</score>", 3, PAIR),
+    "crux": ("<think>The fee is stated.</think><score>4</score>", 4, PAIR),
+    "score-only": ("<score>1</score>", 1, PAIR),
+    "rank1": ("<think>steps listed</think> true", 1, PAIR),
+    "tongxiao": (TX_GOOD, 3, TX_PAIR),
+}
+
+
+@pytest.mark.parametrize("name", sorted(READ_OUT_REPLIES))
+def test_verdict_tail_completes_each_read_out_layout(name):
+    """The reply cut at its score marker plus verdict_tail is the judge's own well-formed reply again
+    (what labelling parses after reading the score there), so a judge's ``score_close`` fits its layout."""
+    from r3edge.distill.teacher import verdict_tail
+
+    j = get_judge(name)
+    reply, native, pair = READ_OUT_REPLIES[name]
+    cut = reply[: reply.rindex(j.score_open) + len(j.score_open)]
+    assert cut + verdict_tail(j, native) == reply
+    a = j.parse_assessment(cut + verdict_tail(j, native), pair)
+    assert a.format_ok and a.score == native
+
+
+def test_every_read_out_judge_has_a_verdict_to_complete():
+    assert {n for n in JUDGES if get_judge(n).score_tokens is not None} == set(READ_OUT_REPLIES)
 
 
 def test_tongxiao_well_formed_reply_parses_with_details():

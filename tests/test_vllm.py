@@ -182,7 +182,6 @@ def test_score_only_reads_the_same_probabilities_as_the_transformers_backend(vll
     served = OpenAIBackend(load_yaml(_teacher_yaml(tmp_path, "score-only", "label_map: {0: 0, 1: 1, 2: 2}\n"), TeacherConfig),
                            base_url=vllm_server)
     local = TransformersBackend(ModelSpec(pretrained=str(smollm2_dir), dtype="float32"), GenerationParams(batch_size=4))
-    tolerance = READ_TOLERANCE
     gens_v, probs_v = served.read_scores(convs, judge.score_tokens)
     gens_t, probs_t = local.read_scores(convs, judge.score_tokens)
     # the same prompt: vLLM rendered the chat with the prefix continued exactly as the local backend did
@@ -194,9 +193,9 @@ def test_score_only_reads_the_same_probabilities_as_the_transformers_backend(vll
         assert set(judge.score_tokens) <= top, top
     diff = float(np.abs(probs_v - probs_t).max())
     print(f"score-only vLLM vs transformers: max |dp| = {diff:.2e}")
-    assert diff < tolerance
+    assert diff < READ_TOLERANCE
     top2 = np.sort(probs_t, axis=1)[:, -2:]
-    clear = top2[:, 1] - top2[:, 0] > 2 * tolerance
+    clear = top2[:, 1] - top2[:, 0] > 2 * READ_TOLERANCE
     assert clear.any() and (probs_v.argmax(1) == probs_t.argmax(1))[clear].all()
     served.close()
 
@@ -222,7 +221,6 @@ def test_rank1_labels_through_vllm_read_what_the_transformers_backend_reads(vllm
     rows = read_labels(out).to_pylist()
     assert len(rows) == sum(len(q["candidates"]) for q in SAMPLE_QUERIES)
     local = TransformersBackend(ModelSpec(pretrained=str(smollm2_dir), dtype="float32"), GenerationParams(batch_size=4))
-    tolerance = READ_TOLERANCE
     convs, served = [], []
     for r in rows:
         assert r["raw_assessment"].startswith("<think>") and r["probs"][1] == 0
@@ -233,4 +231,4 @@ def test_rank1_labels_through_vllm_read_what_the_transformers_backend_reads(vllm
     _, probs_t = local.read_scores(convs, judge.score_tokens)
     diff = float(np.abs(np.array(served) - probs_t).max())
     print(f"rank1 vLLM vs transformers read after the same reply: max |dp| = {diff:.2e}")
-    assert diff < tolerance
+    assert diff < READ_TOLERANCE
