@@ -14,13 +14,14 @@ and, where teacher probabilities exist, against the teacher.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
 
 from r3edge.benchmarks.load import collect_probs, percentiles, run_load
+from r3edge.core.artifact import Runtime
 from r3edge.core.errors import InvalidInput
 from r3edge.core.pairs import QueryCandidates
 from r3edge.core.scoring import SPEC_DEFAULTS, Scorer, Scoring, softmax
@@ -177,6 +178,58 @@ def student_row(target: str, queries: Sequence[QueryCandidates], teacher: dict |
     }
 
 
+def in_process_row(runtime: Runtime, queries: Sequence[QueryCandidates], teacher: dict | None, *, system: str,
+                   requests: int, concurrency: int | Sequence[int] = 1) -> dict:
+    """A runtime scored in this process the naive way, e.g. the trained student's own PyTorch forward
+    (the peer a user has without r3edge; the caller opens it, since torch lives in the model layer):
+    each request's pairs formatted by the scoring contract and padded into one batch, with no
+    length-sorted micro-batches and no server. Timed per request from its text to its label logits,
+    ``requests`` requests (the queries in turn) after one untimed warm-up; concurrency 1 only (one
+    interpreter: concurrent callers would share its threads)."""
+    import time
+
+    scorer = runtime.scorer
+
+    def rerank(q: QueryCandidates) -> np.ndarray:
+        # the server's default overflow: a long query is cut, not refused
+        encoded = scorer.encode_batch([q.query] * len(q.candidates), [c.text for c in q.candidates],
+                                      query_overflow="truncate")
+        return runtime.label_logits(*scorer.collate(encoded))
+
+    rerank(queries[0])
+    probs: dict[tuple[str, str], list[float]] = {}
+    latencies = []
+    started = time.perf_counter()
+    for i in range(max(requests, len(queries))):
+        q = queries[i % len(queries)]
+        t0 = time.perf_counter()
+        logits = rerank(q)
+        latencies.append((time.perf_counter() - t0) * 1e3)
+        if i < len(queries):
+            probs.update({(q.qid, c.docid): p.tolist() for c, p in zip(q.candidates, scorer.probabilities(logits))})
+    wall = time.perf_counter() - started
+    pairs = sum(len(queries[i % len(queries)].candidates) for i in range(len(latencies)))
+    info = runtime.info()
+    return {
+        "system": system,
+        "variant": f"{info['runtime']} {info['variant']}, one padded batch",
+        "kind": "student",
+        "runtime": info["runtime"],
+        "head": scorer.spec.head,
+        "scorer_fingerprint": scorer.spec.fingerprint(),
+        "label_values": list(scorer.spec.label_values),
+        "latency_source": f"measured in-process ({info['runtime']}, {info.get('threads')} threads): text to label logits, "
+                          "one padded batch per request, concurrency 1",
+        "latency_ms": percentiles(latencies),
+        "pairs_per_s": pairs / wall if wall > 0 else None,
+        "throughput": {"1": {"pairs_per_s": pairs / wall if wall > 0 else None,
+                             "requests_per_s": len(latencies) / wall if wall > 0 else None,
+                             "latency_ms": percentiles(latencies), "requests": len(latencies)}},
+        "concurrency_not_run": [c for c in ([concurrency] if isinstance(concurrency, int) else concurrency) if c != 1],
+        "accuracy": accuracy_block(queries, probs, list(scorer.spec.label_values), teacher),
+    }
+
+
 def judge_row(measured: dict, queries: Sequence[QueryCandidates], label_values: Sequence[float],
               teacher: dict | None, axis: str) -> dict:
     """A judge served as a reranker (:func:`r3edge.distill.judge_rerank.measure_judge`'s output) as a row:
@@ -248,8 +301,10 @@ def bench_systems(queries: Sequence[QueryCandidates], *, artifact: str | Sequenc
                   variants: Sequence[str] | None = None, threads: int | None = None,
                   target: str | None = None, labels_dir: str | None = None, requests: int = 20,
                   concurrency: int | Sequence[int] = 1, top_k: int = 10, pad_to: int | None = None,
-                  serve_limits: dict | None = None, teacher: dict | None = None, allow_none: bool = False) -> dict:
-    """Student rows (every variant of every artifact, or one running server) plus the machine
+                  serve_limits: dict | None = None, teacher: dict | None = None, allow_none: bool = False,
+                  in_process: Sequence[tuple[str, Callable[[], Runtime]]] = ()) -> dict:
+    """Student rows (every variant of every artifact, or one running server, then each ``(system,
+    open_runtime)`` of ``in_process`` opened and timed here, :func:`in_process_row`) plus the machine
     description and the model-free baselines; the caller adds judge and floor rows and writes the report.
 
     Agreement is measured against ``teacher`` (probabilities by (qid, docid), e.g. a measured judge's)
@@ -257,7 +312,7 @@ def bench_systems(queries: Sequence[QueryCandidates], *, artifact: str | Sequenc
     from r3edge.benchmarks.machine import machine_info
 
     artifacts = [artifact] if isinstance(artifact, str) else list(artifact or [])
-    if artifacts and target is not None or not (artifacts or target or allow_none):
+    if artifacts and target is not None or not (artifacts or target or in_process or allow_none):
         raise InvalidInput("give exactly one of --artifact (served by a child process) or --target (a running server)",
                           "e.g. r3edge bench --artifact runs/demo/artifact --pairs heldout.jsonl")
     if teacher is None and labels_dir:
@@ -275,6 +330,9 @@ def bench_systems(queries: Sequence[QueryCandidates], *, artifact: str | Sequenc
         for variant in (list(variants) if variants else _variants_of(art)):
             with serve_artifact(art, variant, threads, **(serve_limits or {})) as tgt:
                 rows.append({**student_row(tgt, queries, teacher, system=name, **kw), "axis": axis, "head": head})
+    for system, open_runtime in in_process:  # opened after the servers stopped: nothing else runs on the cores
+        rows.append({**in_process_row(open_runtime(), queries, teacher, system=system, requests=requests,
+                                      concurrency=concurrency), "axis": axis})
     label_values = (rows[0].get("label_values") if rows else None) or SPEC_DEFAULTS["label_values"]
     if labels_dir:
         rows.append(labels_row(queries, labels_dir, label_values))

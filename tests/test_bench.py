@@ -34,14 +34,15 @@ def labels_dir(tmp_path_factory):
     return out
 
 
-def test_bench_cli_writes_results_report_and_plot(tiny_artifact, sample_pairs_file, labels_dir, tmp_path, capsys):
+def test_bench_cli_writes_results_report_and_plot(tiny_artifact, tiny_student, sample_pairs_file, labels_dir, tmp_path,
+                                                  capsys):
     """Judges, students and floors in one run on the same requests; the judge's latency is measured."""
     from r3edge.cli import main
 
     out = tmp_path / "bench"
     rc = main(["bench", "--artifact", str(tiny_artifact), "--pairs", str(sample_pairs_file), "--labels", str(labels_dir),
                "--judges", str(TINY_TEACHER), "--judge-requests", "3", "--requests", "4", "--concurrency", "1,2",
-               "--out", str(out)])
+               "--torch-student", str(tiny_student), "--out", str(out)])
     assert rc == 0
     results = json.loads((out / "results.json").read_text())
     assert {"cpu", "cpu_flags", "cores_logical", "ram_gib", "os", "python", "versions", "gpus", "timestamp"} <= set(results["machine"])
@@ -51,7 +52,7 @@ def test_bench_cli_writes_results_report_and_plot(tiny_artifact, sample_pairs_fi
     assert results["machine"]["cpu_flags"] == [f for f in ("avx2", "avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16",
                                                            "amx_bf16", "amx_int8") if f in flags]
     rows = {(r["system"], r["variant"]): r for r in results["systems"]}
-    students = [r for r in results["systems"] if r["kind"] == "student"]
+    students = [r for r in results["systems"] if r["kind"] == "student" and r["runtime"] != "torch"]
     assert sorted(r["variant"] for r in students) == ["fp32", "int8"]
     for r in students:
         assert r["load"]["ok"] == 4 and r["load"]["errors"] == {}
@@ -63,6 +64,16 @@ def test_bench_cli_writes_results_report_and_plot(tiny_artifact, sample_pairs_fi
         assert r["accuracy"]["vs_teacher"]["n"] == 7  # agreement with the measured judge, on every pair
         # read from the artifact's scorer.json: the report holds only encoder students against a base encoder
         assert r["head"] == json.loads((tiny_artifact / "scorer.json").read_text())["head"]
+    # the naive PyTorch forward of the student the artifact was exported from: timed per request, the same scores
+    naive = next(r for r in results["systems"] if r.get("runtime") == "torch")
+    assert naive["system"] == f"naive transformers forward {tiny_student.name}" and naive["kind"] == "student"
+    assert naive["variant"].endswith("fp32, one padded batch") and naive["concurrency_not_run"] == [2]
+    assert len(naive["throughput"]) == 1 and 0 < naive["latency_ms"]["p50"] <= naive["latency_ms"]["max"]
+    assert naive["throughput"]["1"]["requests"] == 4 and naive["scorer_fingerprint"] == students[0]["scorer_fingerprint"]
+    fp32 = next(r for r in students if r["variant"] == "fp32")
+    for metric in ("accuracy", "auc_0_12", "auc_01_2", "ndcg@10"):
+        assert naive["accuracy"]["vs_gold"][metric] == pytest.approx(fp32["accuracy"]["vs_gold"][metric], abs=1e-6), metric
+    assert naive["accuracy"]["vs_teacher"]["n"] == 7
     judge = rows[("r3a-tiny", "random-init · transformers in-process")]
     assert judge["kind"] == "judge" and judge["latency_source"].startswith("measured")
     # every query served once at concurrency 1, at least --judge-requests requests: 3 requests of 4, 3, 4 pairs
@@ -83,7 +94,8 @@ def test_bench_cli_writes_results_report_and_plot(tiny_artifact, sample_pairs_fi
     assert "| system | variant / engine | kind | p50 ms / top-4 |" in report  # 7 pairs / 2 queries, rounded
     table = report.split("\n\n## ")[0]
     for name in ("| r3a-tiny |", "| student (onnxruntime) | fp32 |", "| student (onnxruntime) | int8 |",
-                 "| teacher labels |", "| BM25 |", "| first-stage order |", "| majority (always 0) |"):
+                 f"| {naive['system']} | {naive['variant']} | student |", "| teacher labels |", "| BM25 |",
+                 "| first-stage order |", "| majority (always 0) |"):
         assert table.count(name) == 1, name
     assert f"hw A: {axis}." in report
     # the served int8 student against the judge, p50 over p50, both measured here

@@ -8,7 +8,8 @@ Systems, each measured end to end per top-N request, on the same queries:
   server started per model from --vllm, a running OpenAI-compatible server (--base-url), or
   in-process transformers; latency = wall time to the last verdict (r3edge.distill.judge_rerank);
 * students: every variant of each --artifact, each served by its own `r3edge serve` child process
-  (or one running server, --target), over gRPC;
+  (or one running server, --target), over gRPC; and, with --torch-student, the naive PyTorch forward
+  of a student directory in this process (the peer a user has without r3edge);
 * floors: the first-stage order, BM25 (bm25s) over each request's candidates, the majority class and,
   with --base-student, the student's pretrained encoder by plain cosine (no training).
 
@@ -38,6 +39,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     stu = parser.add_argument_group("students")
     stu.add_argument("--artifact", action="append", default=None,
                      help="artifact directory to serve (a child `r3edge serve` per variant); repeat for several")
+    stu.add_argument("--torch-student", action="append", default=None, metavar="STUDENT_DIR",
+                     help="a student directory (`r3edge train`) timed by its naive PyTorch forward in this process: fp32, "
+                          "each request's pairs in one padded batch, concurrency 1 (the peer without r3edge); repeatable")
     stu.add_argument("--target", default=None, help="a running server host:port (instead of --artifact)")
     stu.add_argument("--variants", default=None, help="comma-separated variants (default: all in each manifest)")
     stu.add_argument("--threads", type=int, default=None, help="runtime intra-op threads")
@@ -143,8 +147,9 @@ def bench(args) -> dict:
     levels = concurrency_levels(args.concurrency)
     if args.requests < 1 or args.judge_requests < 1 or args.top_k < 0:
         raise InvalidInput("--requests and --judge-requests must be >= 1 and --top-k >= 0", "fix the numbers")
-    if not (args.artifact or args.target or args.judges):
-        raise InvalidInput("nothing to benchmark", "give --artifact DIR (or --target HOST:PORT) and/or --judges CONFIGS")
+    if not (args.artifact or args.target or args.torch_student or args.judges):
+        raise InvalidInput("nothing to benchmark", "give --artifact DIR (or --target HOST:PORT), --torch-student DIR "
+                           "and/or --judges CONFIGS")
     queries, where = read_requests(args)
     gold = any(c.label is not None for q in queries for c in q.candidates)
     # the base encoder's floor first: a config that cannot score these queries fails before the long runs
@@ -166,7 +171,7 @@ def bench(args) -> dict:
         variants=[v for v in args.variants.split(",") if v] if args.variants else None,
         threads=args.threads, labels_dir=args.labels, requests=args.requests,
         concurrency=levels, top_k=args.top_k, pad_to=args.pad_to, serve_limits=limits, teacher=teacher,
-        allow_none=True)
+        allow_none=True, in_process=[naive_forward(d, args.threads) for d in args.torch_student or ()])
     values = results["settings"]["label_values"]
     machine = results["machine"]
     local = hardware_axis(machine)
@@ -189,6 +194,18 @@ def bench(args) -> dict:
     if args.vllm:
         machine["vllm"] = vllm_version(args.vllm)
     return results
+
+
+def naive_forward(student_dir: str, threads: int | None):
+    """``(system, open)``: a student directory's own PyTorch forward, fp32, opened when called."""
+    from pathlib import Path
+
+    def open_torch():
+        from r3edge.model.runtimes import load_runtime
+
+        return load_runtime(student_dir, "fp32", threads=threads, backend="torch")
+
+    return f"naive transformers forward {Path(student_dir).name}", open_torch
 
 
 def _loopback_url(url: str) -> bool:
