@@ -115,6 +115,21 @@ def ratios(results: dict) -> list[dict]:
     return out
 
 
+def naive_ratios(results: dict) -> list[dict]:
+    """Each served variant against the naive forward (in-process PyTorch) of the same student (same
+    scorer fingerprint) on the same hardware: naive p50 / served p50 per request."""
+    rows = results["systems"]
+    out = []
+    for naive in (r for r in rows if r.get("kind") == "student" and r.get("runtime") == "torch"):
+        for s in rows:
+            if (s.get("kind") == "student" and s.get("runtime") != "torch" and s.get("axis") == naive.get("axis")
+                    and s.get("scorer_fingerprint") == naive.get("scorer_fingerprint")):
+                sp, np_ = s["latency_ms"].get("p50"), naive["latency_ms"].get("p50")
+                out.append({"served": f"{s['system']} {s['variant']}", "naive": naive["system"],
+                            "p50_ratio": np_ / sp if sp and np_ else None})
+    return out
+
+
 def subset_cells(row: dict) -> list[str]:
     sub = row["accuracy"]["on_teacher_pairs"]
     return [row["system"], str(row.get("variant") or "–"), _fmt(sub.get("accuracy")), _fmt(sub.get("f1_macro")),
@@ -196,6 +211,11 @@ def markdown(results: dict) -> str:
                   for r in rat]
     elif any(r.get("kind") == "judge" for r in results["systems"]):
         lines += ["", "No served int8 student variant measured on the judges' hardware: no ratio computed."]
+    naive = naive_ratios(results)
+    if naive:
+        lines += ["", f"## Served student vs the same student's naive PyTorch forward (p50 per {request_size(results)} request)",
+                  "", "| served | naive forward | naive p50 / served p50 |", "|---|---|---|"]
+        lines += [f"| {r['served']} | {r['naive']} | {_fmt(r['p50_ratio'], '.1f')}× |" for r in naive]
     subset_rows = [r for r in results["systems"] if "on_teacher_pairs" in r.get("accuracy", {})]
     if any(r["accuracy"]["on_teacher_pairs"].get("n") != r["accuracy"].get("vs_gold", {}).get("n") for r in subset_rows):
         lines += ["", "## Same pairs for every system", "",

@@ -102,6 +102,10 @@ def test_bench_cli_writes_results_report_and_plot(tiny_artifact, tiny_student, s
     s8 = next(r for r in students if r["variant"] == "int8")
     ratio = judge["latency_ms"]["p50"] / s8["latency_ms"]["p50"]
     assert f"| student (onnxruntime) int8 | r3a-tiny | {ratio:.1f}× |" in report
+    # each served variant against the naive forward of the student it was exported from
+    for s in students:
+        naive_ratio = naive["latency_ms"]["p50"] / s["latency_ms"]["p50"]
+        assert f"| {s['system']} {s['variant']} | {naive['system']} | {naive_ratio:.1f}× |" in report
     png = (out / "latency_vs_accuracy.png").read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
     assert "wrote" in capsys.readouterr().out
