@@ -3,9 +3,11 @@
 (measured by :mod:`r3edge.distill.judge_rerank`; rows built here by :func:`judge_row`), and floors
 (the first-stage order, BM25, the student's base encoder by cosine, the majority class).
 
-Every student number comes through the real gRPC path (a separate server process, serialisation,
+Every served student number comes through the real gRPC path (a separate server process, serialisation,
 validation, the server's micro-batching), so what is reported is what a client gets, and the
-benchmark never shares an interpreter (or a GIL) with the server it measures. Every latency is
+benchmark never shares an interpreter (or a GIL) with the server it measures. The one exception is
+the peer without a server (:func:`in_process_row`, e.g. the student's naive PyTorch forward), timed
+in this process after every server has stopped. Every latency is
 measured per request, from its start to its last answer; nothing is scaled from per-pair records.
 Each row names the hardware its latency was measured on (``axis``): rows of different hardware are
 never compared on one latency axis. Accuracy is measured on the held-back pairs against gold labels
@@ -210,6 +212,7 @@ def in_process_row(runtime: Runtime, queries: Sequence[QueryCandidates], teacher
     wall = time.perf_counter() - started
     pairs = sum(len(queries[i % len(queries)].candidates) for i in range(len(latencies)))
     info = runtime.info()
+    getattr(runtime, "close", lambda: None)()
     return {
         "system": system,
         "variant": f"{info['runtime']} {info['variant']}, one padded batch",

@@ -85,6 +85,37 @@ def test_export_writes_ir_variants_listed_and_gated(artifact):
 
 
 @pytest.mark.slow
+def test_ov_int8_keeps_the_label_head_in_float(artifact):
+    """NNCF quantizes every MatMul but the label head's: int8 steps of a cosine student's one scalar per
+    pair, times its head's slope, moved trained logits by up to 4.0."""
+    import openvino as ov
+
+    from r3edge.export.openvino import head_matmul
+
+    model = ov.Core().read_model(artifact / "model.ov-int8.xml")
+    ops = {op.get_friendly_name(): op for op in model.get_ops()}
+    head = ops[head_matmul(model)]
+    report = json.loads((artifact / "export_report.json").read_text())
+    assert report["quantization"]["ov-int8"]["kept_float"] == [head.get_friendly_name()]
+
+    def int8_behind(value) -> bool:
+        """An int8 input: a FakeQuantize (activations) or an i8/u8 constant behind the weight's
+        decompression chain (Convert, Subtract, Multiply, Reshape, Transpose)."""
+        node = value.get_node()
+        kind = node.get_type_name()
+        if kind == "FakeQuantize":
+            return True
+        if kind == "Constant":
+            return node.get_element_type().get_type_name() in ("i8", "u8")
+        return kind in ("Convert", "Subtract", "Multiply", "Reshape", "Transpose") and any(
+            int8_behind(i) for i in node.input_values())
+
+    assert not any(int8_behind(i) for i in head.input_values())
+    assert any(int8_behind(i) for op in ops.values() if op.get_type_name() == "MatMul"
+               for i in op.input_values())  # the encoder's MatMuls still are int8
+
+
+@pytest.mark.slow
 def test_openvino_scores_match_onnx_fp32(artifact):
     from r3edge.core.onnx_runtime import OnnxRuntime
     from r3edge.core.openvino_runtime import OpenVinoRuntime
