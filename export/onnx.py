@@ -35,12 +35,17 @@ def variant_file(variant: str) -> str:
     return ir_file(variant) if variant in OV_PRESETS else f"model.{variant}.onnx"
 
 
+def _graph_files(tmp: Path, name: str) -> list[Path]:
+    """A graph file in ``tmp`` with what it needs: an ONNX graph's external data, an IR's ``.bin``."""
+    path = tmp / name
+    if path.suffix == ".xml":
+        return [p for p in (path, path.with_suffix(".bin")) if p.exists()]
+    return list(tmp.glob(name + "*"))
+
+
 def _variant_files(tmp: Path, variant: str) -> list[Path]:
     """Every file of ``variant`` in ``tmp``: the graph and its external data, or the IR's .xml and .bin."""
-    path = tmp / variant_file(variant)
-    if variant in OV_PRESETS:
-        return [p for p in (path, path.with_suffix(".bin")) if p.exists()]
-    return list(tmp.glob(path.name + "*"))
+    return _graph_files(tmp, variant_file(variant))
 
 
 def check_no_vocab_projection(model_path: Path, vocab_size: int, n_labels: int) -> dict:
@@ -136,8 +141,9 @@ def export_artifact(
 
     ``options`` (or its fields as keywords, which override it) says what to build; see
     :class:`r3edge.export.options.ExportOptions`. ``prefix_reuse`` (causal and cosine students)
-    adds the prefix and candidate graphs of :mod:`r3edge.export.prefix` for fp32 and each quantized
-    ONNX variant, so the server computes a request's shared prefix once.
+    adds the prefix and candidate graphs of :mod:`r3edge.export.prefix` for fp32, each quantized
+    ONNX variant and each OpenVINO variant (its candidate graph as IR), so the server computes a
+    request's shared prefix once.
     """
     torch = require("torch", "export")
     require("onnxscript", "export")
@@ -300,8 +306,9 @@ def _build_variants(scorer: Scorer, opts: ExportOptions, tmp: Path, fp32_path: P
 
 def _export_prefix_reuse(lm, scorer, tmp: Path, queries, docs, ref, opts: ExportOptions, tol: Tolerances,
                          report: dict, stage, log) -> dict:
-    """The prefix-reuse graphs of fp32 and of each quantized ONNX variant that was built, validated
-    against torch; a variant whose graphs fail is left out of ``prefix_graphs`` (and reported)."""
+    """The prefix-reuse graphs of fp32 and of each quantized ONNX or OpenVINO variant that was built,
+    validated against torch in the runtime that will serve them; a variant whose graphs fail is left
+    out of ``prefix_graphs`` (and reported)."""
     from r3edge.core.onnx_prefix import state_names
     from r3edge.export.prefix import (
         candidate_calib_feeds,
@@ -317,36 +324,50 @@ def _export_prefix_reuse(lm, scorer, tmp: Path, queries, docs, ref, opts: Export
     stage("onnx_export_prefix", t0)
     entries, reports = {}, {}
     feeds = None
-    for name in ["fp32", *(n for n in opts.variants if n in report["variants"] and n in PRESETS)]:
+
+    def calib_feeds():
+        nonlocal feeds
+        if feeds is None:
+            fp32_runner = ort_prefix_runner(tmp, fp32_entry, scorer.spec.n_labels, opts.threads)
+            feeds = candidate_calib_feeds(scorer, fp32_runner, queries, docs)
+            fp32_runner.close()
+        return feeds
+
+    built = [n for n in opts.variants if n in report["variants"] and (n in PRESETS or n in OV_PRESETS)]
+    for name in ["fp32", *built]:
         t0 = time.perf_counter()
-        preset = PRESETS.get(name)
+        preset, ov_preset = PRESETS.get(name), OV_PRESETS.get(name)
         entry, info = fp32_entry, None
         if preset is not None:
-            if preset.calibrate_method and feeds is None:
-                fp32_runner = ort_prefix_runner(tmp, fp32_entry, scorer.spec.n_labels, opts.threads)
-                feeds = candidate_calib_feeds(scorer, fp32_runner, queries, docs)
-                fp32_runner.close()
-            entry, info = quantize_candidate_graph(preset, tmp, fp32_entry, feeds if preset.calibrate_method else None,
+            entry, info = quantize_candidate_graph(preset, tmp, fp32_entry, calib_feeds() if preset.calibrate_method else None,
                                                    log=log)
-        runner = ort_prefix_runner(tmp, entry, scorer.spec.n_labels, opts.threads)
+        elif ov_preset is not None:  # the candidate graph as IR (quantized by NNCF for ov-int8); fp32's prefix graph
+            from r3edge.core.openvino_runtime import ir_prefix_runner
+
+            entry = {**fp32_entry, "candidate": f"candidate.{name}.xml"}
+            info = build_ir(ov_preset, tmp / fp32_entry["candidate"], tmp / entry["candidate"],
+                            calib_feeds() if ov_preset.calibrate else None, log=log)
+        runner = (ir_prefix_runner(tmp, entry, scorer.spec.n_labels, opts.threads, ov_preset.inference_precision)
+                  if ov_preset else ort_prefix_runner(tmp, entry, scorer.spec.n_labels, opts.threads))
+        exact = ov_preset.exact if ov_preset else preset is None
         try:
             rep = check_prefix_graphs(scorer, runner, ref, queries, docs, tol=tol, variant=f"{name} (prefix reuse)",
-                                      single=_ort_runner(tmp / variant_file(name), opts.threads),
-                                      exact=preset is None, batch_invariant=preset.batch_invariant if preset else True)
+                                      single=_variant_runner(name, tmp / variant_file(name), opts.threads),
+                                      exact=exact, batch_invariant=(preset or ov_preset).batch_invariant if name != "fp32" else True)
         except ParityError as exc:
             runner.close()
             report["rejected"][f"prefix_reuse:{name}"] = {"check": str(exc.check), "what": exc.what}
             log(f"[export] WARNING: {name} prefix-reuse graphs rejected and left out of the artifact: {exc.what}")
             # every variant's prefix graph is fp32's: without it no variant has prefix graphs
             for file in (entry["prefix"], entry["candidate"]) if name == "fp32" else (entry["candidate"],):
-                for p in tmp.glob(file + "*"):
+                for p in _graph_files(tmp, file):
                     p.unlink()
             if name == "fp32":
                 return {}
             continue
         runner.close()
         rep["files"] = [entry["prefix"], entry["candidate"]]
-        rep["bytes"] = sum(p.stat().st_size for n in rep["files"] for p in tmp.glob(n + "*"))
+        rep["bytes"] = sum(p.stat().st_size for n in rep["files"] for p in _graph_files(tmp, n))
         rep["state"] = state_names(entry)[1]
         if candidate_graph is not None:
             rep["candidate_graph"] = candidate_graph

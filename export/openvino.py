@@ -138,9 +138,10 @@ def head_matmul(model) -> str:
 
 def build_ir(preset: OpenVinoPreset, fp32_onnx: Path, out_xml: Path, calib_feeds: list[dict[str, np.ndarray]] | None,
              log=print) -> dict:
-    """Write ``out_xml`` (+ ``.bin``) from the fp32 ONNX graph; returns what was done, for the export report.
+    """Write ``out_xml`` (+ ``.bin``) from an fp32 ONNX graph (the single scoring graph, or a
+    prefix-reuse candidate graph); returns what was done, for the export report.
 
-    ``calib_feeds`` (``ov-int8``): model inputs of one pair each, formatted by the Scorer.
+    ``calib_feeds`` (``ov-int8``): the graph's inputs for one pair each, formatted by the Scorer.
     """
     ov = require("openvino", "export")
     t0 = time.perf_counter()
@@ -148,6 +149,13 @@ def build_ir(preset: OpenVinoPreset, fp32_onnx: Path, out_xml: Path, calib_feeds
     model = ov.convert_model(str(fp32_onnx))
     if preset.nncf is not None:
         nncf = require("nncf", "export")
+        # NNCF's graph builder fails on some converted graphs (the prefix-reuse candidate graph: "Could
+        # not find a node Gather_..."); the same model saved as IR and read back quantizes
+        # (read into memory, not mapped: the quantized model is written over the same files below)
+        ov.save_model(model, str(out_xml), compress_to_fp16=False)
+        core = ov.Core()
+        core.set_property({"ENABLE_MMAP": False})
+        model = core.read_model(str(out_xml))
         from nncf.quantization.advanced_parameters import AdvancedQuantizationParameters, AdvancedSmoothQuantParameters
 
         feeds = list(calib_feeds or [])

@@ -134,6 +134,49 @@ def test_openvino_scores_match_onnx_fp32(artifact):
     assert info["files"]["weights"] == "model.ov-int8.bin"
 
 
+@pytest.fixture(scope="module")
+def causal_prefix_artifact(tiny_student, sample_pairs_file, tmp_path_factory) -> Path:
+    from r3edge.export.onnx import export_artifact
+
+    return export_artifact(tiny_student, tmp_path_factory.mktemp("ov") / "causal-prefix", variants=OV_VARIANTS,
+                           calib_pairs=sample_pairs_file, prefix_reuse=True, log=lambda *a, **k: None)
+
+
+@pytest.mark.slow
+def test_openvino_variants_get_prefix_reuse_graphs_and_serve_them(causal_prefix_artifact):
+    """`--prefix-reuse` gives each OpenVINO variant the shared fp32 prefix graph and its candidate graph as
+    IR, validated by the parity gate in OpenVINO; the runtime scores through them (prefix once per query)."""
+    from r3edge.core.onnx_runtime import OnnxRuntime
+    from r3edge.core.openvino_runtime import OpenVinoRuntime
+    from r3edge.core.scoring import score_pairs
+
+    art = causal_prefix_artifact
+    manifest = json.loads((art / "manifest.json").read_text())
+    report = json.loads((art / "export_report.json").read_text())
+    graphs = manifest["prefix_graphs"]
+    assert graphs["ov-fp32"]["prefix"] == "prefix.fp32.onnx" and graphs["ov-fp32"]["candidate"] == "candidate.ov-fp32.xml"
+    assert report["prefix_reuse"]["ov-fp32"]["files"] == ["prefix.fp32.onnx", "candidate.ov-fp32.xml"]
+    assert report["prefix_reuse"]["ov-fp32"]["bytes"] > (art / "candidate.ov-fp32.bin").stat().st_size
+    # ov-int8 either passed its gate or was rejected and recorded; never listed without its files
+    assert ("ov-int8" in graphs) != ("prefix_reuse:ov-int8" in report["rejected"])
+    for name, entry in graphs.items():
+        assert (art / entry["candidate"]).is_file(), name
+
+    ref_rt = OnnxRuntime(art, "fp32", threads=1, prefix_reuse=False)
+    ref = _scores(ref_rt)
+    rt = OpenVinoRuntime(art, "ov-fp32", threads=1)
+    assert rt.prefix is not None and rt.info()["prefix_reuse"] is True
+    assert rt.info()["files"]["candidate"] == "candidate.ov-fp32.xml"
+    stats: dict = {}
+    got = score_pairs(rt.scorer, None, QUERIES, DOCS, prefix=rt.prefix, stats=stats)
+    assert stats["n_prefixes"] == len(SAMPLE_QUERIES)  # one prefix per distinct query
+    assert np.abs(got - ref).max() <= FP32_ATOL
+    alone = score_pairs(rt.scorer, None, QUERIES, DOCS, prefix=rt.prefix, max_batch_size=1)
+    assert np.abs(alone - got).max() <= 1e-4
+    assert OpenVinoRuntime(art, "ov-fp32", threads=1, prefix_reuse=False).prefix is None
+    rt.close()
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("variant", ["ov-fp32", "ov-int8"])
 def test_openvino_is_batch_invariant(artifact, variant):

@@ -23,6 +23,7 @@ import numpy as np
 
 from r3edge.core.artifact import INPUT_NAMES, OPENVINO, OUTPUT_NAME, Runtime, check_inputs, open_variant
 from r3edge.core.errors import FormatError, InvalidInput, NotFound, require
+from r3edge.core.onnx_prefix import prefix_files
 
 #: What ``device`` may be: ``auto`` is the CPU (OpenVINO's GPU and NPU plugins are untested here).
 DEVICES = ("auto", "cpu")
@@ -41,16 +42,18 @@ def compile_ir(path: str | Path, threads: int | None = None, inference_precision
     if inference_precision not in PRECISIONS:
         raise InvalidInput(f"inference precision {inference_precision!r}", f"use one of {', '.join(PRECISIONS)}",
                            field="inference_precision")
-    weights = path.with_suffix(".bin")
+    # an ONNX graph (a prefix-reuse artifact's shared fp32 prefix graph) is read by OpenVINO as it is
+    weights = None if path.suffix == ".onnx" else path.with_suffix(".bin")
     for needed in (path, weights):
-        if not needed.is_file():
+        if needed is not None and not needed.is_file():
             raise NotFound(f"OpenVINO IR file {needed} is missing", "re-run `r3edge export` (an IR is the .xml and its .bin)")
     config: dict[str, Any] = {"PERFORMANCE_HINT": "LATENCY", "NUM_STREAMS": 1, "INFERENCE_PRECISION_HINT": inference_precision}
     if threads:
         config["INFERENCE_NUM_THREADS"] = int(threads)
     core = ov.Core()
     try:
-        return core.compile_model(core.read_model(str(path), str(weights)), "CPU", config)
+        model = core.read_model(str(path)) if weights is None else core.read_model(str(path), str(weights))
+        return core.compile_model(model, "CPU", config)
     except Exception as exc:  # openvino raises RuntimeError subclasses of its own
         raise FormatError(f"OpenVINO could not load {path}: {str(exc).strip().splitlines()[0] if str(exc).strip() else exc}",
                           "re-run `r3edge export` (the .xml and .bin must come from the same export)") from exc
@@ -95,6 +98,50 @@ class IrRunner:
         return np.array(result[self._output], dtype=np.float32)
 
 
+class _Port:
+    """A compiled model's input or output as ONNX Runtime names it (``name``, ``shape`` with None
+    for a dynamic dimension)."""
+
+    def __init__(self, port):
+        self.name = port.get_any_name()
+        shape = port.get_partial_shape()
+        self.shape = [d.get_length() if d.is_static else None for d in shape] if shape.rank.is_static else []
+
+
+class IrSession:
+    """A compiled model behind the three ONNX Runtime session calls that
+    :class:`r3edge.core.onnx_prefix.OnnxPrefixRunner` makes (``get_inputs``, ``get_outputs``,
+    ``run``), so both runtimes share one prefix-reuse implementation and its contract check. Safe
+    from several threads at once: each calling thread gets its own infer request."""
+
+    def __init__(self, compiled):
+        self.compiled = compiled
+        self._local = threading.local()
+
+    def get_inputs(self) -> list[_Port]:
+        return [_Port(p) for p in self.compiled.inputs]
+
+    def get_outputs(self) -> list[_Port]:
+        return [_Port(p) for p in self.compiled.outputs]
+
+    def run(self, output_names: list[str], feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+        request = getattr(self._local, "request", None)
+        if request is None:
+            request = self._local.request = self.compiled.create_infer_request()
+        result = request.infer(feeds)
+        return [np.array(result[self.compiled.output(name)]) for name in output_names]
+
+
+def ir_prefix_runner(artifact_dir: str | Path, entry: dict, n_labels: int, threads: int | None = None,
+                     inference_precision: str = DEFAULT_PRECISION):
+    """The prefix-reuse graphs of a manifest entry (the shared fp32 ONNX prefix graph, the variant's
+    candidate IR) compiled by OpenVINO with the variant's inference precision."""
+    from r3edge.core.onnx_prefix import OnnxPrefixRunner
+
+    return OnnxPrefixRunner(artifact_dir, entry, lambda path: IrSession(compile_ir(path, threads, inference_precision)),
+                            n_labels)
+
+
 class OpenVinoRuntime(Runtime):
     """One OpenVINO IR variant of an export artifact, compiled for the CPU."""
 
@@ -107,9 +154,10 @@ class OpenVinoRuntime(Runtime):
         prefix_reuse: bool = True,
         inference_precision: str | None = None,
     ):
-        """``prefix_reuse`` is accepted so every runtime opens with the server's settings; the export
-        writes no OpenVINO prefix graphs, so OpenVINO variants always run the single graph
-        (``prefix`` is None). ``inference_precision`` overrides the manifest's (for measurements)."""
+        """With ``prefix_reuse`` and prefix-reuse graphs for the variant in the manifest (``r3edge export
+        --prefix-reuse``), ``prefix`` runs a request's shared prefix once and its candidates after it,
+        both compiled by OpenVINO; otherwise ``prefix`` is None and every pair runs the single graph.
+        ``inference_precision`` overrides the manifest's (for measurements)."""
         if device not in DEVICES:
             raise InvalidInput(f"unknown OpenVINO device {device!r}", f"use one of {', '.join(DEVICES)}", field="device")
         opened = open_variant(artifact_dir, variant, "openvino")
@@ -121,7 +169,9 @@ class OpenVinoRuntime(Runtime):
         self.compiled = compile_ir(self.model_path, threads, self.inference_precision)
         check_ir_contract(self.compiled, self.scorer.spec.n_labels, str(self.model_path))
         self._run = IrRunner(self.compiled)
-        self.prefix = None
+        entry = prefix_files(self.manifest, self.variant) if prefix_reuse else None
+        self.prefix = (ir_prefix_runner(self.artifact_dir, entry, self.scorer.spec.n_labels, threads, self.inference_precision)
+                       if entry else None)
         self.providers = ["OpenVINO:CPU"]
         self.name = f"openvino-cpu:{self.variant}"
 
@@ -140,8 +190,8 @@ class OpenVinoRuntime(Runtime):
             "threads": self.threads or os.cpu_count(),
             "inference_precision": self.inference_precision,
             "files": {"model": self.model_path.name, "weights": self.model_path.with_suffix(".bin").name,
-                      "scorer": "scorer.json", "tokenizer": "tokenizer.json"},
-            "prefix_reuse": False,
+                      "scorer": "scorer.json", "tokenizer": "tokenizer.json", **(self.prefix.files if self.prefix else {})},
+            "prefix_reuse": self.prefix is not None,
             "artifact_dir": str(self.artifact_dir),
             "scorer_fingerprint": self.scorer.spec.fingerprint(),
             "n_labels": self.scorer.spec.n_labels,
@@ -154,3 +204,5 @@ class OpenVinoRuntime(Runtime):
     def close(self) -> None:
         self._run = None
         self.compiled = None
+        if self.prefix is not None:
+            self.prefix.close()
