@@ -23,7 +23,7 @@ import numpy as np
 
 from r3edge.core.artifact import INPUT_NAMES, OPENVINO, OUTPUT_NAME, Runtime, check_inputs, open_variant
 from r3edge.core.errors import FormatError, InvalidInput, NotFound, require
-from r3edge.core.onnx_prefix import prefix_files
+from r3edge.core.onnx_prefix import OnnxPrefixRunner, prefix_files
 
 #: What ``device`` may be: ``auto`` is the CPU (OpenVINO's GPU and NPU plugins are untested here).
 DEVICES = ("auto", "cpu")
@@ -81,23 +81,6 @@ def check_ir_contract(compiled, n_labels: int, where: str) -> None:
                           "the graph and scorer.json disagree on the label set; re-export from one student directory")
 
 
-class IrRunner:
-    """``(input_ids, attention_mask) -> label_logits`` on a compiled IR, safe to call from several
-    threads at once: each calling thread gets its own infer request (one request is not reentrant)."""
-
-    def __init__(self, compiled):
-        self.compiled = compiled
-        self._output = compiled.output(0)
-        self._local = threading.local()
-
-    def __call__(self, input_ids: np.ndarray, attention_mask: np.ndarray) -> np.ndarray:
-        request = getattr(self._local, "request", None)
-        if request is None:
-            request = self._local.request = self.compiled.create_infer_request()
-        result = request.infer({"input_ids": input_ids, "attention_mask": attention_mask})
-        return np.array(result[self._output], dtype=np.float32)
-
-
 class _Port:
     """A compiled model's input or output as ONNX Runtime names it (``name``, ``shape`` with None
     for a dynamic dimension)."""
@@ -132,12 +115,23 @@ class IrSession:
         return [np.array(result[self.compiled.output(name)]) for name in output_names]
 
 
+class IrRunner:
+    """``(input_ids, attention_mask) -> label_logits`` on a compiled IR, safe to call from several
+    threads at once (an :class:`IrSession`)."""
+
+    def __init__(self, compiled):
+        self.compiled = compiled
+        self._session = IrSession(compiled)
+
+    def __call__(self, input_ids: np.ndarray, attention_mask: np.ndarray) -> np.ndarray:
+        (out,) = self._session.run([OUTPUT_NAME], {"input_ids": input_ids, "attention_mask": attention_mask})
+        return np.asarray(out, dtype=np.float32)
+
+
 def ir_prefix_runner(artifact_dir: str | Path, entry: dict, n_labels: int, threads: int | None = None,
                      inference_precision: str = DEFAULT_PRECISION):
     """The prefix-reuse graphs of a manifest entry (the shared fp32 ONNX prefix graph, the variant's
     candidate IR) compiled by OpenVINO with the variant's inference precision."""
-    from r3edge.core.onnx_prefix import OnnxPrefixRunner
-
     return OnnxPrefixRunner(artifact_dir, entry, lambda path: IrSession(compile_ir(path, threads, inference_precision)),
                             n_labels)
 
