@@ -58,14 +58,20 @@ def usable_cores() -> int:
 
 def gpus() -> list[str]:
     """``name, memory`` of each NVIDIA GPU nvidia-smi lists (none without it)."""
+    return list(_gpus())
+
+
+@cache
+def _gpus() -> tuple[str, ...]:
+    """nvidia-smi runs once per process: a judge benchmark asks for the machine identity per journal."""
     if not shutil.which("nvidia-smi"):
-        return []
+        return ()
     try:
         out = subprocess.run(["nvidia-smi", "--query-gpu=name,memory.total", "--format=csv,noheader"],
                              capture_output=True, text=True, timeout=10)
     except (OSError, subprocess.TimeoutExpired):
-        return []
-    return [line.strip() for line in out.stdout.splitlines() if line.strip()]
+        return ()
+    return tuple(line.strip() for line in out.stdout.splitlines() if line.strip())
 
 
 def compute_identity() -> dict:
