@@ -175,6 +175,15 @@ def test_openvino_variants_get_prefix_reuse_graphs_and_serve_them(causal_prefix_
     assert np.abs(alone - got).max() <= 1e-4
     assert OpenVinoRuntime(art, "ov-fp32", threads=1, prefix_reuse=False).prefix is None
     rt.close()
+    # the server's workers call one runtime at once, each with `threads` threads: one stream per caller the
+    # cores hold (one stream ran their calls one after the other)
+    from r3edge.core.hardware import usable_cores
+    from r3edge.core.openvino_runtime import compile_ir
+
+    for path in (art / "prefix.fp32.onnx", art / "candidate.ov-fp32.xml", art / "model.ov-int8.xml"):
+        compiled = compile_ir(path, threads=1)
+        assert int(compiled.get_property("NUM_STREAMS")) == usable_cores(), path
+        assert int(compiled.get_property("INFERENCE_NUM_THREADS")) == usable_cores(), path
 
 
 @pytest.mark.slow

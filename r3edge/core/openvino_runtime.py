@@ -23,6 +23,7 @@ import numpy as np
 
 from r3edge.core.artifact import INPUT_NAMES, OPENVINO, OUTPUT_NAME, Runtime, check_inputs, open_variant
 from r3edge.core.errors import FormatError, InvalidInput, NotFound, require
+from r3edge.core.hardware import usable_cores
 from r3edge.core.onnx_prefix import OnnxPrefixRunner, prefix_files
 
 #: What ``device`` may be: ``auto`` is the CPU (OpenVINO's GPU and NPU plugins are untested here).
@@ -35,8 +36,14 @@ DEFAULT_PRECISION = "f32"
 
 def compile_ir(path: str | Path, threads: int | None = None, inference_precision: str = DEFAULT_PRECISION):
     """The ``openvino.CompiledModel`` every r3edge caller scores an IR with (runtime, export parity,
-    benchmarks): the CPU plugin, the latency hint (one stream: the server batches itself and runs
-    requests from its own threads), ``threads`` inference threads (OpenVINO's default when None)."""
+    benchmarks): the CPU plugin, the latency hint, and ``threads`` inference threads per call, as
+    ONNX Runtime's intra-op threads are (OpenVINO's default, one stream, when None).
+
+    The server's workers call one runtime concurrently, each call meant to use ``threads`` threads (2
+    workers x 1 thread on 2 cores). One OpenVINO stream runs one inference at a time, so with
+    ``threads`` set the model gets as many streams of ``threads`` threads as the usable cores hold:
+    on one stream the 2 workers' calls queued behind each other on one thread (served top-100s took
+    1.6x ONNX Runtime fp32's time on the same weights)."""
     ov = require("openvino", "serve")
     path = Path(path)
     if inference_precision not in PRECISIONS:
@@ -47,9 +54,15 @@ def compile_ir(path: str | Path, threads: int | None = None, inference_precision
     for needed in (path, weights):
         if needed is not None and not needed.is_file():
             raise NotFound(f"OpenVINO IR file {needed} is missing", "re-run `r3edge export` (an IR is the .xml and its .bin)")
-    config: dict[str, Any] = {"PERFORMANCE_HINT": "LATENCY", "NUM_STREAMS": 1, "INFERENCE_PRECISION_HINT": inference_precision}
+    # SNIPPETS_MODE DISABLE: OpenVINO's fused "Subgraph" kernels tile by input shape, so a pair's float
+    # partial sums, and with them an int8 rounding, changed with its batchmates. NNCF int8 candidate graph of
+    # the demo cosine student: a score moved by 0.0014 alone vs in a batch with them, 0.0004 without (the
+    # export's gate is 0.001), and it ran faster without them too (217-233 vs 256-302 ms per top-100, Xeon)
+    config: dict[str, Any] = {"PERFORMANCE_HINT": "LATENCY", "NUM_STREAMS": 1, "INFERENCE_PRECISION_HINT": inference_precision,
+                              "SNIPPETS_MODE": "DISABLE"}
     if threads:
-        config["INFERENCE_NUM_THREADS"] = int(threads)
+        streams = max(1, usable_cores() // int(threads))
+        config.update(NUM_STREAMS=streams, INFERENCE_NUM_THREADS=streams * int(threads))
     core = ov.Core()
     try:
         model = core.read_model(str(path)) if weights is None else core.read_model(str(path), str(weights))
