@@ -133,7 +133,6 @@ class IrRunner:
     threads at once (an :class:`IrSession`)."""
 
     def __init__(self, compiled):
-        self.compiled = compiled
         self._session = IrSession(compiled)
 
     def __call__(self, input_ids: np.ndarray, attention_mask: np.ndarray) -> np.ndarray:
