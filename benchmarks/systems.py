@@ -213,6 +213,8 @@ def in_process_row(runtime: Runtime, queries: Sequence[QueryCandidates], teacher
     pairs = sum(len(queries[i % len(queries)].candidates) for i in range(len(latencies)))
     info = runtime.info()
     getattr(runtime, "close", lambda: None)()
+    latency = percentiles(latencies)
+    pairs_per_s = pairs / wall if wall > 0 else None
     return {
         "system": system,
         "variant": f"{info['runtime']} {info['variant']}, one padded batch",
@@ -223,11 +225,10 @@ def in_process_row(runtime: Runtime, queries: Sequence[QueryCandidates], teacher
         "label_values": list(scorer.spec.label_values),
         "latency_source": f"measured in-process ({info['runtime']}, {info.get('threads')} threads): text to label logits, "
                           "one padded batch per request, concurrency 1",
-        "latency_ms": percentiles(latencies),
-        "pairs_per_s": pairs / wall if wall > 0 else None,
-        "throughput": {"1": {"pairs_per_s": pairs / wall if wall > 0 else None,
-                             "requests_per_s": len(latencies) / wall if wall > 0 else None,
-                             "latency_ms": percentiles(latencies), "requests": len(latencies)}},
+        "latency_ms": latency,
+        "pairs_per_s": pairs_per_s,
+        "throughput": {"1": {"pairs_per_s": pairs_per_s, "requests_per_s": len(latencies) / wall if wall > 0 else None,
+                             "latency_ms": latency, "requests": len(latencies)}},
         "concurrency_not_run": [c for c in ([concurrency] if isinstance(concurrency, int) else concurrency) if c != 1],
         "accuracy": accuracy_block(queries, probs, list(scorer.spec.label_values), teacher),
     }

@@ -349,11 +349,12 @@ def _export_prefix_reuse(lm, scorer, tmp: Path, queries, docs, ref, opts: Export
                             calib_feeds() if ov_preset.calibrate else None, log=log)
         runner = (ir_prefix_runner(tmp, entry, scorer.spec.n_labels, opts.threads, ov_preset.inference_precision)
                   if ov_preset else ort_prefix_runner(tmp, entry, scorer.spec.n_labels, opts.threads))
-        exact = ov_preset.exact if ov_preset else preset is None
+        scheme = preset or ov_preset  # None for fp32
+        exact = ov_preset.exact if ov_preset else scheme is None
         try:
             rep = check_prefix_graphs(scorer, runner, ref, queries, docs, tol=tol, variant=f"{name} (prefix reuse)",
                                       single=_variant_runner(name, tmp / variant_file(name), opts.threads),
-                                      exact=exact, batch_invariant=(preset or ov_preset).batch_invariant if name != "fp32" else True)
+                                      exact=exact, batch_invariant=scheme.batch_invariant if scheme else True)
         except ParityError as exc:
             runner.close()
             report["rejected"][f"prefix_reuse:{name}"] = {"check": str(exc.check), "what": exc.what}
