@@ -245,7 +245,10 @@ def pareto_front(points: list[tuple[float, float]]) -> list[tuple[float, float]]
 
 def spread(ys: list[float], gap: float, lo: float = 0.0, hi: float = 1.0) -> list[float]:
     """Label positions (axes fraction) as close to ``ys`` as possible, in the same order, at least
-    ``gap`` apart and within [lo, hi]: labels in one column then never overlap."""
+    ``gap`` apart and within [lo, hi]: labels in one column then never overlap. Refuses labels that
+    cannot fit (the caller sizes its panel for them: :func:`plot`)."""
+    if len(ys) > 1 and (len(ys) - 1) * gap > hi - lo + 1e-9:
+        raise ValueError(f"{len(ys)} labels {gap} apart do not fit in [{lo}, {hi}]: make the panel taller")
     order = sorted(range(len(ys)), key=lambda i: ys[i])
     pos = [0.0] * len(ys)
     last = lo - gap
@@ -263,6 +266,10 @@ def spread(ys: list[float], gap: float, lo: float = 0.0, hi: float = 1.0) -> lis
     return pos
 
 
+#: The vertical pitch of the plot's label column, in points (8 pt text).
+LABEL_PT = 12
+
+
 def plot(results: dict, path: Path) -> Path | None:
     import matplotlib
 
@@ -276,7 +283,14 @@ def plot(results: dict, path: Path) -> Path | None:
              for r in rows if (r.get("latency_ms") or {}).get("p50") is None
              and (r.get("accuracy", {}).get("vs_gold") or {}).get("ndcg@10") is not None]
     panels = list(axes) or [None]
-    fig, axs = plt.subplots(len(panels), 1, figsize=(12, 5 * len(panels)), squeeze=False)
+    # a panel tall enough for its column of labels, LABEL_PT apart (one line of 8 pt text and air)
+    n_labels = max(sum(1 for r in rows if r.get("axis") == axis and (r.get("latency_ms") or {}).get("p50")
+                       and (r.get("accuracy", {}).get("vs_gold") or {}).get("ndcg@10") is not None) + len(lines)
+                   for axis in panels)
+    top = 0.9 if len(panels) == 1 else 0.94
+    panel_in = max(5.0, n_labels * LABEL_PT / 72 / (top - 0.1) * 1.05)
+    fig, axs = plt.subplots(len(panels), 1, figsize=(12, panel_in * len(panels)), squeeze=False)
+    fig.subplots_adjust(left=0.07, right=0.62, top=top, bottom=0.1, hspace=0.35)
     for ax, axis in zip(axs[:, 0], panels):
         pts = []
         for r in rows:
@@ -308,7 +322,8 @@ def plot(results: dict, path: Path) -> Path | None:
         # labels in one column right of the panel, spread so that none overlaps, each tied to its point
         labels = [(y, text, (x, y), f"C{k % 10}") for k, (x, y, text, _) in enumerate(pts)]
         labels += [(y, f"{text}: {y:.3f} (not timed)", None, "black") for text, y in lines]
-        ys = spread([y for y, _, _, _ in labels], gap=0.055)
+        gap = LABEL_PT / 72 / (ax.get_position().height * fig.get_figheight())  # in axes fraction (y spans 0-1)
+        ys = spread([y for y, _, _, _ in labels], gap=gap)
         for (_, text, xy, color), ly in zip(labels, ys):
             if xy is None:
                 ax.annotate(text, xy=(1.0, ly), xycoords=("axes fraction", "data"), xytext=(1.03, ly),
@@ -322,7 +337,6 @@ def plot(results: dict, path: Path) -> Path | None:
             ax.legend(fontsize=8, loc="lower left")
     fig.suptitle("latency vs nDCG@10 (one panel per hardware; squares judges, circles students, triangles floors)",
                  fontsize=10)
-    fig.subplots_adjust(left=0.07, right=0.62, top=0.9 if len(panels) == 1 else 0.94, bottom=0.1, hspace=0.35)
     fig.savefig(path, dpi=120, bbox_inches="tight")  # the label column may reach past the figure's right edge
     plt.close(fig)
     return path

@@ -277,7 +277,28 @@ def test_spread_labels_never_overlap():
     assert [pos[i] for i in order] == sorted(pos)  # the labels keep their points' order
     assert all(b - a >= 0.05 - 1e-12 for a, b in zip(sorted(pos), sorted(pos)[1:]))
     assert 0.0 <= min(pos) and max(pos) <= 1.0
+    with pytest.raises(ValueError, match="make the panel taller"):  # never pushed past the axis
+        spread([0.5] * 22, gap=0.05)
     assert pareto_front([(1, 0.5), (2, 0.4), (3, 0.7), (0.5, 0.1)]) == [(0.5, 0.1), (1, 0.5), (3, 0.7)]
+
+
+def test_plot_panel_grows_with_its_labels(tmp_path):
+    """30 timed systems (the committed Xeon run has 27) do not fit a fixed panel's label column: the panel grows."""
+    from r3edge.benchmarks.machine import machine_info
+    from r3edge.benchmarks.report import plot
+
+    systems = [{"system": f"system {i}", "variant": "v", "kind": "student", "axis": "this box",
+                "latency_ms": {"p50": 10.0 * (i + 1)}, "accuracy": {"vs_gold": {"ndcg@10": 0.3 + i / 100}},
+                "latency_source": "measured"} for i in range(30)]
+    results = {"machine": machine_info(), "baselines": None, "systems": systems,
+               "settings": {"n_queries": 2, "n_pairs": 200, "requests": 4, "top_k": 10, "concurrency": 1}}
+    from PIL import Image
+
+    small = plot({**results, "systems": systems[:3]}, tmp_path / "small.png")
+    with Image.open(small) as a:
+        small_h = a.size[1]
+    with Image.open(plot(results, tmp_path / "many.png")) as b:
+        assert b.size[1] > small_h * 1.2
 
 
 @pytest.mark.skipif(not (SHARED_DATA / "semeval2016-cqa" / "subtaskC_dev.jsonl").is_file(),
