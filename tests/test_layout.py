@@ -89,6 +89,17 @@ def test_configs_by_name_or_path_and_a_clear_error(tmp_path):
         load_yaml(tmp_path / "missing.yaml", StudentConfig)
 
 
+def test_every_shipped_student_config_loads_under_its_own_name():
+    """A shipped student is named by its file (``--student minilm-demo-64``) and every report names it by
+    ``name``: the two must agree, and each file must validate."""
+    from r3edge.core.config import StudentConfig, load_yaml
+
+    files = sorted((ROOT / "configs" / "student").glob("*.yaml"))
+    assert len(files) > 10
+    for path in files:
+        assert load_yaml(path.stem, StudentConfig).name == path.stem, path
+
+
 def test_label_and_artifact_manifests_carry_a_checked_format_version(tmp_path):
     from r3edge.core import artifact, labels
     from r3edge.core.errors import ErrorKind, R3EdgeError
