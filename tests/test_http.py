@@ -363,6 +363,7 @@ class SlowRuntime:
     def __init__(self, runtime, delay_s: float):
         self._runtime, self.delay_s = runtime, delay_s
         self.pairs_run = 0
+        self._count = threading.Lock()  # the server's workers run micro-batches concurrently
         self.started = threading.Event()
         self.prefix = None  # one pair per micro-batch through the single graph
 
@@ -370,7 +371,8 @@ class SlowRuntime:
         self.started.set()
         time.sleep(self.delay_s)
         out = self._runtime.label_logits(ids, mask)
-        self.pairs_run += len(ids)
+        with self._count:
+            self.pairs_run += len(ids)
         return out
 
     def __getattr__(self, name):
@@ -425,6 +427,9 @@ def test_client_disconnect_drops_its_queued_pairs(tiny_artifact):
             return metric(httpx.get(base_url(srv) + "/metrics").text, "r3edge_dropped_pairs_total", reason="cancelled")
 
         wait_for(lambda: dropped() > 0)
+        # a micro-batch already running when the client left still finishes (its pairs are neither run nor
+        # dropped until then): wait for it before counting, so a busy box cannot catch it in flight
+        wait_for(lambda: runtime.pairs_run + dropped() >= 30, timeout=15)
         text = httpx.get(base_url(srv) + "/metrics").text
         assert metric(text, "r3edge_dropped_requests_total", reason="cancelled") == 1
         assert metric(text, "r3edge_requests_total", method="http_v2_rerank", code="499") == 1

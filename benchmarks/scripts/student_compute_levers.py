@@ -60,6 +60,7 @@ def main() -> int:
     from r3edge.benchmarks.machine import machine_info
     from r3edge.benchmarks.systems import scored_floor
     from r3edge.core.config import StudentConfig, load_yaml
+    from r3edge.core.metrics import ndcg_at_k
     from r3edge.core.runtime_loader import open_runtime
     from r3edge.core.scoring import Scorer, score_encoded
     from r3edge.distill.datasets import sample_queries, semeval_queries
@@ -96,7 +97,6 @@ def main() -> int:
                     ndcg_inputs[b]["qids"] += [q.qid] * len(q.candidates)
         print(f"round {rep}: " + ", ".join(f"{b} tokens {statistics.median(times[b]):.0f} ms" for b in budgets if times[b]),
               flush=True)
-    from r3edge.core.metrics import ndcg_at_k
 
     speed = []
     for b in budgets:
