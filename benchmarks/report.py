@@ -283,21 +283,20 @@ def plot(results: dict, path: Path) -> Path | None:
              for r in rows if (r.get("latency_ms") or {}).get("p50") is None
              and (r.get("accuracy", {}).get("vs_gold") or {}).get("ndcg@10") is not None]
     panels = list(axes) or [None]
-    # a panel tall enough for its column of labels, LABEL_PT apart (one line of 8 pt text and air)
-    n_labels = max(sum(1 for r in rows if r.get("axis") == axis and (r.get("latency_ms") or {}).get("p50")
-                       and (r.get("accuracy", {}).get("vs_gold") or {}).get("ndcg@10") is not None) + len(lines)
-                   for axis in panels)
-    top = 0.9 if len(panels) == 1 else 0.94
-    panel_in = max(5.0, n_labels * LABEL_PT / 72 / (top - 0.1) * 1.05)
-    fig, axs = plt.subplots(len(panels), 1, figsize=(12, panel_in * len(panels)), squeeze=False)
-    fig.subplots_adjust(left=0.07, right=0.62, top=top, bottom=0.1, hspace=0.35)
+    points = {axis: [] for axis in panels}
+    for r in rows:
+        x = (r.get("latency_ms") or {}).get("p50")
+        y = (r.get("accuracy", {}).get("vs_gold") or {}).get("ndcg@10")
+        if x is not None and y is not None and x > 0 and r.get("axis") in points:
+            points[r["axis"]].append((x / 1e3, y, f"{r['system']} {r.get('variant') or ''}".strip(), r.get("kind")))
+    # panels tall enough for their column of labels, LABEL_PT apart (one line of 8 pt text and air)
+    n, top, bottom, hspace = len(panels), (0.9 if len(panels) == 1 else 0.94), 0.1, 0.35
+    labels_in = (max(len(p) for p in points.values()) + len(lines)) * LABEL_PT / 72 * 1.05
+    axes_in = max(labels_in, 5.0 * (top - bottom))  # at least the axes of a 5-inch panel
+    fig, axs = plt.subplots(n, 1, figsize=(12, axes_in * (n + hspace * (n - 1)) / (top - bottom)), squeeze=False)
+    fig.subplots_adjust(left=0.07, right=0.62, top=top, bottom=bottom, hspace=hspace)
     for ax, axis in zip(axs[:, 0], panels):
-        pts = []
-        for r in rows:
-            x = (r.get("latency_ms") or {}).get("p50")
-            y = (r.get("accuracy", {}).get("vs_gold") or {}).get("ndcg@10")
-            if x is not None and y is not None and x > 0 and r.get("axis") == axis:
-                pts.append((x / 1e3, y, f"{r['system']} {r.get('variant') or ''}".strip(), r.get("kind")))
+        pts = points[axis]
         marker = {"judge": "s", "student": "o", "floor": "^"}
         for k, (x, y, _, kind) in enumerate(pts):
             ax.scatter([x], [y], marker=marker.get(kind, "D"), s=45, color=f"C{k % 10}", zorder=3)

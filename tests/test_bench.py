@@ -298,7 +298,12 @@ def test_plot_panel_grows_with_its_labels(tmp_path):
     with Image.open(small) as a:
         small_h = a.size[1]
     with Image.open(plot(results, tmp_path / "many.png")) as b:
-        assert b.size[1] > small_h * 1.2
+        many_h = b.size[1]
+        assert many_h > small_h * 1.2
+    # two hardware panels (a GPU run beside the CPU one): each is sized for its own column
+    elsewhere = [{**r, "axis": "another box"} for r in systems]
+    with Image.open(plot({**results, "systems": systems + elsewhere}, tmp_path / "two.png")) as c:
+        assert c.size[1] > many_h * 1.8
 
 
 @pytest.mark.skipif(not (SHARED_DATA / "semeval2016-cqa" / "subtaskC_dev.jsonl").is_file(),
