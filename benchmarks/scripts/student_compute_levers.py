@@ -91,7 +91,7 @@ def main() -> int:
                 if rep:
                     times[b].append((time.perf_counter() - t) * 1e3)
                 else:
-                    expected = scorers[b].probabilities(logits) @ np.asarray(runtime.scorer.spec.label_values)
+                    _, expected = scorers[b].relevance(logits)
                     ndcg_inputs[b]["gains"] += [c.label for c in q.candidates]
                     ndcg_inputs[b]["scores"] += list(expected)
                     ndcg_inputs[b]["qids"] += [q.qid] * len(q.candidates)
@@ -121,7 +121,7 @@ def main() -> int:
         cfg = config.model_copy(update={"model": config.model.model_copy(update={"keep_layers": layers}),
                                         "scorer": config.scorer.model_copy(update={"max_doc_tokens": b})})
         base = base_cosine_scoring(cfg)
-        floor = scored_floor(every, base, base.label_values or (0.0, 1.0, 2.0))
+        floor = scored_floor(every, base, base.scorer.spec.label_values)
         floors.append({"layers": layers, "doc_tokens": b, "ndcg@10": floor["ndcg@10"],
                        "ndcg_queries": floor["ndcg_queries"]})
         print(f"base by cosine, layers {layers or 'all'}, doc budget {b}: nDCG@10 {floor['ndcg@10']:.3f} "
@@ -142,7 +142,7 @@ def main() -> int:
 def markdown(r: dict) -> str:
     m = r["machine"]
     lines = [f"# Less compute per document: `{r['artifact']}` served as `{r['variant']}` ({r['runtime']})", "",
-             f"Machine: {m['cpu']} ({', '.join(m['cpu_flags']) if isinstance(m['cpu_flags'], list) else m['cpu_flags']}), "
+             f"Machine: {m['cpu']} ({', '.join(m['cpu_flags'])}), "
              f"{m['cores_usable']} usable cores, {m['timestamp']}; {r['threads']} threads. "
              f"Speed: {r['questions_timed']} SemEval C dev top-100 requests x {r['reps']} rounds; the artifact's "
              "weights at each document budget (nDCG@10 of weights trained at the first budget: a proxy).", "",
