@@ -16,8 +16,9 @@ Two sources:
     (``native_score``), as the labelling run's own parse does. The production path.
 (b) **gold labels** (:func:`gold_traces`): the score is the gold label, R³A's extract is the
     document sentence with the largest word overlap with the query (``none`` for label 0), and the
-    intent and the reasoning are short fixed templates. Such traces teach the reply format and the
-    labels, **not reasoning**: use them where no stronger judge is reachable.
+    intent and the reasoning are short fixed templates (the score-only judge's reply is the grade
+    alone). Such traces teach the reply format and the labels, **not reasoning**: use them where no
+    stronger judge is reachable.
 
 Every trace is re-parsed with the judge's own parser before training; a trace that is not well
 formed (tags, score, a non-verbatim extract) is dropped and counted under its reason, never repaired
@@ -40,6 +41,7 @@ from r3edge.core.pairs import QueryCandidates
 from r3edge.distill.judges import Messages, normalize_ws
 from r3edge.distill.judges._single_round import ThinkScore
 from r3edge.distill.judges.r3a import R3AJudge
+from r3edge.distill.judges.score_only import ScoreOnlyJudge
 from r3edge.distill.teacher import LabelMapping, file_sha256, intent_prompt, pair_context, verdict_tail
 
 GOLD, LABELS = "gold", "labels"
@@ -131,8 +133,9 @@ def shared_words(query: str, document: str) -> str:
 
 
 def _gold_native(cfg: TeacherConfig, judge) -> dict[int, int]:
-    if not isinstance(judge, (R3AJudge, ThinkScore)):
-        raise InvalidInput(f"gold traces are built for r3a and the <think><score> judges (umbrela, true, crux), not {judge.name!r}",
+    if not isinstance(judge, (R3AJudge, ThinkScore, ScoreOnlyJudge)):
+        raise InvalidInput(f"gold traces are built for r3a, score-only and the <think><score> judges (umbrela, true, crux), "
+                          f"not {judge.name!r}",
                           "use traces from a stronger judge (--traces LABELS_DIR) for this judge")
     return native_of_gold(cfg, judge)
 
@@ -182,15 +185,16 @@ def gold_traces(cfg: TeacherConfig, judge, queries: list[QueryCandidates],
             native = native_of[c.label]
             pair = pair_context(cfg, q, c)
             why = shared_words(q.query, pair.document) if reason == "shared_words" else REASON
-            if isinstance(judge, R3AJudge):
+            if isinstance(judge, ScoreOnlyJudge):  # the prefix ends at <score>: the grade is the whole reply, no reason
+                reply = pre + verdict_tail(judge, native)
+            elif isinstance(judge, R3AJudge):
                 extract = best_sentence(q.query, pair.document) if native > 0 else None
                 if native > 0 and extract is None:
                     out.dropped["relevant document has no text to extract"] += 1
                     continue
-                body = f"{why}</think><extract>{extract or 'none'}</extract>"
+                reply = f"{pre}{why}</think><extract>{extract or 'none'}</extract><score>{native}</score>"
             else:
-                body = f"{why}</think>"
-            reply = f"{pre}{body}<score>{native}</score>"
+                reply = f"{pre}{why}</think><score>{native}</score>"
             if not _keep(judge, reply, pair, out):
                 continue
             messages = [*judge.assess_messages(pair, history), {"role": "assistant", "content": reply}]

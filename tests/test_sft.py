@@ -118,6 +118,24 @@ def test_gold_traces_single_round_and_refusals(tmp_path):
         gold_traces(cfg, get_judge("r3a"), read_queries(_pairs(tmp_path, bad, "bad.jsonl")))
 
 
+def _score_only_tiny(tmp_path):
+    """The tiny random teacher of the tests under the score-only judge (one prompt per pair, read-out only)."""
+    path = tmp_path / "score-only-tiny.yaml"
+    path.write_text(TINY_TEACHER.read_text().replace("name: r3a-tiny", "name: score-only-tiny")
+                    .replace("judge: r3a", "judge: score-only").replace("n_aux: 2", "n_aux: 0"))
+    return path
+
+
+def test_gold_traces_score_only_reply_is_the_grade_alone(tmp_path):
+    cfg = load_teacher_config(_score_only_tiny(tmp_path))
+    judge = get_judge("score-only")
+    made = gold_traces(cfg, judge, read_queries(_pairs(tmp_path, TOY)))
+    assert len(made.traces) == 3 and not made.dropped
+    for t in made.traces:
+        assert [m["role"] for m in t.messages] == ["system", "user", "assistant"]
+        assert _assistant(t) == [f"<score>{t.label}</score>"] and t.native == t.label
+
+
 def _labels_dir(path, pairs_path, records, judge, **manifest):
     path.mkdir(parents=True)
     write_shard(path, records)
@@ -320,6 +338,31 @@ def test_cold_start_raises_a_tiny_teachers_format_ok(tmp_path):
     ok = sum(r["format_ok"] for r in after)
     assert ok >= 2, [(r["raw_intent"], r["raw_assessment"]) for r in after]
     assert all(r["teacher_model"] == teacher_model_ref(cfg) for r in after)
+
+
+@pytest.mark.slow
+def test_score_only_cold_start_teaches_the_gold_grades_to_the_read_out(tmp_path):
+    """Gold traces of the score-only judge train the token after ``<score>``: the grade that labelling
+    reads there (prefill only, no generation) becomes each toy pair's gold grade."""
+    from r3edge.distill.sft import teacher_sft
+    from r3edge.distill.teacher import label_pairs
+
+    pairs = _pairs(tmp_path, TOY)
+    teacher = _score_only_tiny(tmp_path)
+    sft = tmp_path / "sft.yaml"
+    sft.write_text(f"name: toy\nteacher: {teacher}\ntrain:\n  epochs: 15\n  learning_rate: 1.0e-2\n"
+                   "  lr_scheduler: constant_with_warmup\n  warmup_ratio: 0.0\n  batch_size: 4\n  bf16: false\n")
+    quiet = open("/dev/null", "w")  # noqa: SIM115
+    gold = {c["docid"]: c["label"] for c in TOY[0]["candidates"]}
+    before = read_labels(label_pairs(pairs, teacher, tmp_path / "before", stream=quiet)).to_pylist()
+    assert sorted(r["score"] for r in before) != sorted(gold.values())  # random weights: not the three grades
+
+    out = teacher_sft(sft, tmp_path / "sft", gold=pairs, log=lambda *a: None)
+    report = json.loads((out / "sft_report.json").read_text())
+    assert report["judge"] == "score-only" and report["trained"] == 3 and report["earlier_round_examples"] == 0
+    after = read_labels(label_pairs(pairs, teacher, tmp_path / "after", teacher_model=out, stream=quiet)).to_pylist()
+    assert {r["docid"]: r["score"] for r in after} == gold
+    assert all(max(r["probs"]) > 0.9 for r in after)
 
 
 @pytest.mark.slow

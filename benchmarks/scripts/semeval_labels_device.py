@@ -1,4 +1,5 @@
-"""Label SemEval-2016 CQA with the packaged Qwen2.5-Coder-1.5B-Instruct score-only judge on a lent GPU.
+"""Label SemEval-2016 CQA with the packaged Qwen2.5-Coder-1.5B-Instruct judge on a lent GPU, zero-shot or
+cold-started on gold labels, and distil the causal student there.
 
 The 2-core CPU labels this judge at ~0.15 pairs/s (benchmarks/results/judge-qwen-coder-cpu-2core), so the
 fidelity run's teacher labels (C dev: 50 questions x 100 comments; C train: 67 x 100) and the extra subtask A
@@ -6,21 +7,31 @@ train pairs are made on a GPU machine, in-process (transformers; `label_pairs`, 
 runs), and brought back to be committed; the students are then rebuilt on a CPU by
 ``r3edge fidelity --labels DIR``.
 
-A device machine has no network: the GGUF travels in pieces (each call carries at most 64 MiB), cut at
-fixed byte offsets, not at the packages' part boundaries. ``--pieces DIR`` stands in for the 22 weight
-packages with modules whose ``get_part_path()`` returns the pieces in order (the last packages an empty
-file), so the reassembly still goes through :func:`r3edge.model.gguf_parts.assemble_gguf` and its pinned
-size and sha256 check.
+A device machine has no network: the GGUF travels in pieces (each call carries at most 64 MiB with the
+checkout), cut at fixed byte offsets, not at the packages' part boundaries. ``--pieces DIR`` stands in for
+the 22 weight packages with modules whose ``get_part_path()`` returns the pieces in order (the last packages
+an empty file), so the reassembly still goes through :func:`r3edge.model.gguf_parts.assemble_gguf` and its
+pinned size and sha256 check.
 
     prepare (here):  python benchmarks/scripts/semeval_labels_device.py prepare --pairs DIR --pieces DIR
     label (there):   python3 benchmarks/scripts/semeval_labels_device.py label --pairs DIR --pieces DIR \\
                          --labels DIR --tar-to "$OUT" [--teacher CONFIG --splits dev --suffix -r3a]
+    cold start (there):  python3 benchmarks/scripts/semeval_labels_device.py cold-start --pairs DIR \\
+                         --pieces DIR --work DIR --tar-to "$OUT" [--smoke]
     report (here):   python benchmarks/scripts/semeval_labels_device.py report --pairs DIR --labels DIR --out DIR
 
 ``label`` resumes (label_pairs is resumable), tars each finished split's labels directory into --tar-to and
-writes run.json (machine, versions, wall time and pairs/s per split) after every split. ``report`` ranks C dev
-by each labelled protocol's expected grade (and by the mean of their probabilities) beside the floors of issue
-21's goal (first-stage order, BM25, the base encoder by cosine) and writes report.md and results.json.
+writes run.json (machine, versions, wall time and pairs/s per split) after every split. ``cold-start`` runs
+``teacher_sft`` with ``--sft-config`` on ``sft-gold.jsonl`` (prepare's pool: every subtask A and C train
+question), labels C dev and C train with the cold-started judge (``label_pairs --teacher-model``), trains
+``--student`` (the causal student) on its C train labels and evaluates it on its C dev labels
+(``train_student``), then labels A train; after each step it writes what that step made into --tar-to (the SFT report, one tar
+per labels directory, the student's report) and run.json, so a call cut short keeps its finished steps.
+``--smoke`` runs the same steps with a random 2-layer Qwen2 (tokenizer:qwen2.5), a few traces, pairs and
+steps: a check of the code path and of the machine's library versions before the real call. ``report``
+ranks C dev by each labelled protocol's expected grade (and by the mean of their probabilities) beside the
+floors of issue 21's goal (first-stage order, BM25, the base encoder by cosine) and writes report.md and
+results.json.
 """
 
 from __future__ import annotations
@@ -38,7 +49,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # judge_semeval_slice'
 
 TEACHER = "score-only-qwen-coder-1.5b"
 REF = "package:qwen2.5-coder-1.5b-instruct"
-PIECE = 60_000_000  # bytes per piece: a piece + the checkout + the wheels stay under a call's 64 MiB
+PIECE = 57_000_000  # bytes per piece: a piece + the checkout (~9.2 MB) stay under a call's 64 MiB
 SPLITS = ("dev", "train", "a-train")  # fidelity's dev.jsonl and train.jsonl, then subtask A train
 
 
@@ -54,8 +65,8 @@ def prepare(args) -> int:
     pairs.mkdir(parents=True, exist_ok=True)
     fidelity = argparse.ArgumentParser()
     configure(fidelity)  # fidelity's own defaults, so the labels' pairs_sha256 match what `r3edge fidelity` writes
-    write_pairs_files(fidelity.parse_args(["--data", args.data]), pairs / "sft-gold.jsonl", pairs / "train.jsonl",
-                      pairs / "dev.jsonl")
+    write_pairs_files(fidelity.parse_args(["--data", args.data, "--sft-queries", str(args.sft_queries)]),
+                      pairs / "sft-gold.jsonl", pairs / "train.jsonl", pairs / "dev.jsonl")
     write_queries(pairs / "a-train.jsonl", semeval_queries(args.data, "A", "train"))
     pieces = Path(args.pieces)
     pieces.mkdir(parents=True, exist_ok=True)
@@ -124,6 +135,81 @@ def label(args) -> int:
             tar.add(out, arcname=out.name)
         (tar_to / "run.json").write_text(json.dumps(run, indent=2))
         print(json.dumps({split: run["splits"][split]}), flush=True)
+    return 0
+
+
+#: the random 2-layer Qwen2 of --smoke (the tests' tiny model, with the real Qwen2.5 tokenizer)
+SMOKE_MODEL = {"architecture": {"model_type": "qwen2", "vocab_size": 151936, "hidden_size": 64, "intermediate_size": 128,
+                                "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+                                "max_position_embeddings": 4096, "tie_word_embeddings": True},
+               "tokenizer": "tokenizer:qwen2.5", "seed": 0}
+
+
+def cold_start(args) -> int:
+    """Cold-start the judge on gold traces, label with it, distil the causal student: see the module docstring."""
+    import shutil
+
+    import yaml
+
+    from r3edge.core.config import ModelSpec, StudentConfig, load_yaml
+    from r3edge.core.labels import read_manifest
+    from r3edge.distill.sft import REPORT_FILE as SFT_REPORT
+    from r3edge.distill.sft import load_sft_config, teacher_sft
+    from r3edge.distill.teacher import label_pairs
+    from r3edge.distill.train import REPORT_FILE as STUDENT_REPORT
+    from r3edge.distill.train import train_student
+
+    t_start = time.time()
+    if not args.smoke:
+        _stand_in_packages(Path(args.pieces), Path(args.stubs))
+    pairs, work, tar_to = Path(args.pairs), Path(args.work), Path(args.tar_to)
+    tar_to.mkdir(parents=True, exist_ok=True)
+    work.mkdir(parents=True, exist_ok=True)
+    sft = load_sft_config(args.sft_config)
+    student = Path(args.student)
+    if args.smoke:  # the same steps on a random tiny Qwen2: a few traces, pairs and steps
+        sft = sft.model_copy(update={"model": ModelSpec(**SMOKE_MODEL),
+                                     "traces": sft.traces.model_copy(update={"per_label_cap": 8})})
+        cfg = load_yaml(student, StudentConfig).model_dump(mode="json", exclude_none=True)
+        cfg["model"] = {"kind": "causal", **SMOKE_MODEL}
+        student = work / "smoke-student.yaml"
+        student.write_text(yaml.safe_dump(cfg))
+    run = {"sft_config": sft.name, "student_config": str(args.student), "smoke": args.smoke, "machine": _machine(),
+           "batch_size": args.batch_size, "steps": {}}
+
+    def done(step: str, t0: float, **extra) -> None:
+        run["steps"][step] = {"wall_s": round(time.time() - t0, 1), **extra}
+        run["elapsed_s"] = round(time.time() - t_start, 1)
+        (tar_to / "run.json").write_text(json.dumps(run, indent=2))
+        print(json.dumps({step: run["steps"][step], "elapsed_s": run["elapsed_s"]}), flush=True)
+
+    t0 = time.time()
+    teacher_dir = teacher_sft(sft, work / "teacher", gold=pairs / "sft-gold.jsonl",
+                              max_steps=3 if args.smoke else None, log=lambda *a: print(*a, flush=True))
+    shutil.copyfile(teacher_dir / SFT_REPORT, tar_to / SFT_REPORT)
+    done("cold_start", t0)
+
+    labels = work / "labels"
+
+    def label_split(split: str) -> None:
+        t0 = time.time()
+        out = labels / split
+        label_pairs(pairs / f"{split}.jsonl", sft.teacher, out, teacher_model=teacher_dir, batch_size=args.batch_size,
+                    shard_size=args.shard_size, limit=32 if args.smoke else None, stream=sys.stdout)
+        shutil.copyfile(teacher_dir / SFT_REPORT, out / SFT_REPORT)  # `r3edge fidelity --labels` names the teacher from it
+        man = read_manifest(out)
+        with tarfile.open(tar_to / f"labels-{split}.tar", "w") as tar:
+            tar.add(out, arcname=split)
+        done(f"label_{split}", t0, pairs=man.get("n_done"), complete=man.get("complete"))
+
+    label_split("dev")
+    label_split("train")
+    t0 = time.time()
+    made = train_student(labels / "train", student, work / "student", eval_labels_dir=labels / "dev",
+                         max_steps=3 if args.smoke else None)
+    shutil.copyfile(made / STUDENT_REPORT, tar_to / STUDENT_REPORT)
+    done("causal_student", t0)
+    label_split("a-train")  # last: only the CPU students that also learn from subtask A use it
     return 0
 
 
@@ -222,6 +308,8 @@ def main() -> int:
     p.add_argument("--data", default="../shared/data/semeval2016-cqa")
     p.add_argument("--pairs", required=True)
     p.add_argument("--pieces", required=True)
+    p.add_argument("--sft-queries", type=int, default=1000,
+                   help="fidelity's cold-start pool size: 1000 is every subtask A and C train question")
     p = sub.add_parser("label")
     p.add_argument("--pairs", required=True)
     p.add_argument("--pieces", required=True)
@@ -234,12 +322,24 @@ def main() -> int:
     p.add_argument("--batch-size", type=int, default=128)
     p.add_argument("--shard-size", type=int, default=512)
     p.add_argument("--limit", type=int, default=None, help="pairs per split (a smoke run)")
+    p = sub.add_parser("cold-start")
+    p.add_argument("--pairs", required=True, help="prepare's pairs: sft-gold.jsonl, dev.jsonl, train.jsonl, a-train.jsonl")
+    p.add_argument("--pieces", required=True)
+    p.add_argument("--stubs", default="/tmp/r3edge-stubs")
+    p.add_argument("--work", required=True, help="where the cold-started judge, its labels and the student are written")
+    p.add_argument("--tar-to", required=True)
+    p.add_argument("--sft-config", default="score-only-qwen-coder-1.5b-cqa-gpu")
+    p.add_argument("--student", default=str(Path(__file__).resolve().parents[2] / "configs/student/qwen-coder-cqa.yaml"),
+                   help="student config (YAML path)")
+    p.add_argument("--batch-size", type=int, default=128)
+    p.add_argument("--shard-size", type=int, default=512)
+    p.add_argument("--smoke", action="store_true", help="a random tiny Qwen2, few traces, pairs and steps")
     p = sub.add_parser("report")
     p.add_argument("--pairs", required=True)
     p.add_argument("--labels", required=True, help="holds dev/ (score-only) and dev-r3a/ (R³A two-round)")
     p.add_argument("--out", required=True)
     args = ap.parse_args()
-    return {"prepare": prepare, "label": label, "report": report}[args.cmd](args)
+    return {"prepare": prepare, "label": label, "cold-start": cold_start, "report": report}[args.cmd](args)
 
 
 if __name__ == "__main__":
