@@ -8,7 +8,22 @@ from collections.abc import Callable
 import torch
 from transformers import TrainerCallback, TrainingArguments
 
+from r3edge.core.errors import ErrorKind, R3EdgeError
 from r3edge.core.progress import Progress
+
+
+def require_finite(loss: torch.Tensor, step: int) -> torch.Tensor:
+    """``loss``, or a QUALITY error at the first step whose loss is NaN or inf.
+
+    The Trainer keeps going after a non-finite loss (its log filters it out, and clipping a NaN
+    gradient norm writes NaN into every weight), then saves the NaN weights, which label or score
+    everything NaN. Stopping at that step saves the rest of the run's time and never writes them.
+    """
+    if not bool(torch.isfinite(loss.detach()).all()):
+        raise R3EdgeError(f"training diverged at step {step + 1}: the loss is {float(loss.detach().float().mean())}; "
+                          "nothing was saved",
+                          "lower train.learning_rate, or train in fp32 (train.bf16: false)", kind=ErrorKind.QUALITY)
+    return loss
 
 
 class ProgressCallback(TrainerCallback):

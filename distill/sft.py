@@ -54,7 +54,7 @@ from r3edge.core.config import ModelSpec, SFTConfig, SFTParams, TeacherConfig, l
 from r3edge.core.errors import InvalidInput
 from r3edge.core.pairs import read_queries
 from r3edge.core.sequences import common_prefix_length
-from r3edge.distill.hf_trainer import ProgressCallback, training_arguments
+from r3edge.distill.hf_trainer import ProgressCallback, require_finite, training_arguments
 from r3edge.distill.judges import get_judge
 from r3edge.distill.teacher import file_sha256, load_teacher_config
 from r3edge.distill.traces import Trace, gold_traces, label_traces, select
@@ -228,7 +228,7 @@ class SFTTrainer(Trainer):
         total = F.cross_entropy(logits, targets[sel], reduction="sum")
         n = torch.as_tensor(num_items_in_batch if num_items_in_batch is not None else sel.sum())
         self.tokens_seen += p + int(mask.sum())
-        loss = total / n.to(total.device).clamp(min=1)
+        loss = require_finite(total / n.to(total.device).clamp(min=1), self.state.global_step)
         return (loss, logits) if return_outputs else loss
 
 

@@ -33,7 +33,7 @@ from typing import TextIO
 import numpy as np
 
 from r3edge.core.config import TeacherConfig, load_yaml
-from r3edge.core.errors import Conflict, InvalidInput
+from r3edge.core.errors import Conflict, ErrorKind, InvalidInput, R3EdgeError
 from r3edge.core.labels import read_labels, read_manifest, shard_paths, write_manifest, write_shard
 from r3edge.core.pairs import Candidate, QueryCandidates, read_queries
 from r3edge.distill.judges import PairContext, prefill_only
@@ -414,6 +414,7 @@ class _Run:
                  for (q, _), p in zip(chunk, pairs)]
         if judge.score_tokens is not None:
             outcomes = self._read_out(convs, pairs)
+            _require_finite_probs(chunk, outcomes, self.teacher_model)
         else:
             outcomes = self._sampled(convs, pairs)
         records = []
@@ -480,6 +481,18 @@ class _Run:
                         "completion_tokens": sum(g.completion_tokens for g in gens),
                         "latency_s": sum(g.latency_s for g in gens)})
         return out
+
+
+def _require_finite_probs(chunk, outcomes: list[dict], model: str) -> None:
+    """A QUALITY error, before anything of the chunk is written, when a read-out is NaN or inf: the
+    forward pass failed (e.g. weights a diverged fine-tune saved as NaN), and NaN records would pass as
+    label 0 (the argmax of NaN) with no format failure."""
+    for (q, c), o in zip(chunk, outcomes):
+        if not np.isfinite(o["probs"]).all():
+            raise R3EdgeError(f"teacher {model} read non-finite probabilities {o['probs']} for pair ({q.qid}, {c.docid}); "
+                              "nothing of this chunk was written",
+                              "check the teacher's weights for NaN (a cold start that diverged saves them), then rerun: "
+                              "labelling resumes after the last written shard", kind=ErrorKind.QUALITY)
 
 
 def verdict_tail(judge, native: int) -> str:

@@ -30,7 +30,7 @@ from r3edge.core.errors import InvalidInput
 from r3edge.core.labels import read_labels, read_manifest
 from r3edge.core.progress import Progress
 from r3edge.core.scoring import Encoded, Scorer
-from r3edge.distill.hf_trainer import ProgressCallback, training_arguments
+from r3edge.distill.hf_trainer import ProgressCallback, require_finite, training_arguments
 from r3edge.distill.losses import expected_scores, listwise_kl, margin_mse
 from r3edge.model.loading import native_bf16
 from r3edge.model.student import create_student, save_student, scoring_module
@@ -102,6 +102,7 @@ class DistillTrainer(Trainer):
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         loss, logits = distillation_loss(model, inputs, **_loss_settings(self.params, self.label_values))
+        loss = require_finite(loss, self.state.global_step)
         return (loss, logits) if return_outputs else loss
 
     def _get_train_sampler(self, train_dataset=None):

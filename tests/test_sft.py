@@ -365,6 +365,42 @@ def test_score_only_cold_start_teaches_the_gold_grades_to_the_read_out(tmp_path)
     assert all(max(r["probs"]) > 0.9 for r in after)
 
 
+def _nan_model(tmp_path, teacher):
+    """The tiny teacher's random weights with one layer's input norm NaN: every forward gives NaN."""
+    import torch
+
+    from r3edge.model.loading import load_model, load_tokenizer, save_hf_model
+
+    spec = load_teacher_config(teacher).model
+    lm = load_model(spec)
+    with torch.no_grad():
+        lm.get_decoder().layers[0].input_layernorm.weight.fill_(float("nan"))
+    return save_hf_model(lm, load_tokenizer(spec.tokenizer_ref), tmp_path / "nan-model")
+
+
+def test_non_finite_weights_stop_the_cold_start_and_the_labelling_before_anything_is_written(tmp_path):
+    """A NaN loss ends the cold start at its first step without saving, and a NaN read-out ends a
+    labelling run before its chunk is written, instead of 5,000 NaN records that read as label 0
+    (seen on a GPU cold start that diverged)."""
+    from r3edge.core.errors import ErrorKind
+    from r3edge.distill.sft import teacher_sft
+    from r3edge.distill.teacher import label_pairs
+
+    pairs = _pairs(tmp_path, TOY)
+    teacher = _score_only_tiny(tmp_path)
+    nan_dir = _nan_model(tmp_path, teacher)
+    sft = tmp_path / "sft.yaml"
+    sft.write_text(f"name: toy\nteacher: {teacher}\nmodel:\n  pretrained: {nan_dir}\ntrain:\n  epochs: 2\n"
+                   "  batch_size: 4\n  bf16: false\n")
+    with pytest.raises(R3EdgeError, match="training diverged at step 1") as err:
+        teacher_sft(sft, tmp_path / "sft", gold=pairs, log=lambda *a: None)
+    assert err.value.kind is ErrorKind.QUALITY and not (tmp_path / "sft").exists()
+
+    with pytest.raises(R3EdgeError, match=r"non-finite probabilities .* for pair \(q1, ") as err:
+        label_pairs(pairs, teacher, tmp_path / "labels", teacher_model=nan_dir, stream=open("/dev/null", "w"))  # noqa: SIM115
+    assert err.value.kind is ErrorKind.QUALITY and not list((tmp_path / "labels").glob("*.parquet"))
+
+
 @pytest.mark.slow
 def test_lora_through_the_cli_saves_merged_plain_weights(tmp_path):
     import torch

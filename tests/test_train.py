@@ -156,6 +156,17 @@ def test_probs_outside_the_label_space_name_the_record(tmp_path):
         train_student(labels, TINY_STUDENT, tmp_path / "s")
 
 
+def test_a_diverged_student_stops_at_its_first_non_finite_loss_and_saves_nothing(labels_dir, tmp_path):
+    from r3edge.core.errors import ErrorKind
+    from r3edge.distill.train import train_student
+
+    wild = tmp_path / "wild.yaml"  # one Adam step of 1e30 overflows the next forward
+    wild.write_text(TINY_STUDENT.read_text().replace("  learning_rate: 0.001", "  learning_rate: 1.0e+30"))
+    with pytest.raises(R3EdgeError, match="training diverged at step [2-9]") as err:
+        train_student(labels_dir, wild, tmp_path / "s", max_steps=TRAIN_STEPS)
+    assert err.value.kind is ErrorKind.QUALITY and not (tmp_path / "s").exists()
+
+
 def test_cli_reports_errors_without_a_traceback(tmp_path, capsys):
     from r3edge.cli import main
 

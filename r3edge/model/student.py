@@ -67,7 +67,9 @@ class LabelScorer(nn.Module):
         steps = torch.arange(attention_mask.shape[-1], device=attention_mask.device)
         last = (attention_mask * steps).argmax(-1)
         h = hidden[torch.arange(hidden.shape[0], device=hidden.device), last]
-        rows = self.lm.get_output_embeddings().weight.index_select(0, self.label_ids)
+        weight = self.lm.get_output_embeddings().weight
+        # the ids follow the weights: a graph built around a model already on a GPU keeps its buffer on the CPU
+        rows = weight.index_select(0, self.label_ids.to(weight.device))
         return (h @ rows.T).float()
 
 
