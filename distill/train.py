@@ -343,7 +343,11 @@ def train_student(
                 if scorer.spec.head == "cosine" else None)
     if tp.freeze_embeddings:
         lm.get_input_embeddings().weight.requires_grad_(False)
+    start = ({k: v.detach().to("cpu", copy=True) for k, v in pretrained_state(lm).items()}
+             if tp.base_interpolation else None)
     fit = _fit(graph, scorer, tp, dataset, eval_set, bf16=bf16, max_steps=max_steps)
+    if start is not None:
+        interpolate_weights(lm, start, tp.base_interpolation)
     lm.eval()
 
     report = {
@@ -379,6 +383,26 @@ def train_student(
         f"saved {out}"
     )
     return out
+
+
+def pretrained_state(lm: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """The student's weights that came from its pretrained checkpoint: a cosine student's encoder (its
+    head is fitted from scratch) or the whole causal LM (it reads its label rows from its own output
+    embeddings)."""
+    return lm.pretrained_state() if hasattr(lm, "pretrained_state") else lm.state_dict()
+
+
+def interpolate_weights(lm: torch.nn.Module, start: dict[str, torch.Tensor], a: float) -> None:
+    """WiSE-FT in place: each weight named in ``start`` becomes ``(1 - a) * start + a * trained``; a weight
+    shared under several names (tied embeddings) once; the others (a cosine head) stay as trained."""
+    seen: set[int] = set()
+    state = lm.state_dict()
+    with torch.no_grad():
+        for k in start:
+            v = state[k]
+            if v.is_floating_point() and v.data_ptr() not in seen:
+                seen.add(v.data_ptr())
+                v.lerp_(start[k].to(v.device, v.dtype), 1.0 - a)
 
 
 def _trainable_records(table, labels_dir: Path, drop_unformatted: bool) -> tuple:

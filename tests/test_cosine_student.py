@@ -171,6 +171,56 @@ def trained_bi(tmp_path_factory) -> Path:
     return out
 
 
+def test_base_interpolation_saves_the_mix_of_start_and_trained_weights(tmp_path):
+    """WiSE-FT: with base_interpolation a, every encoder weight saved is (1 - a) * its pretrained value +
+    a * what the same training run (same seed and steps) saves without it; the head is saved as trained."""
+    import torch
+    from safetensors.torch import load_file
+
+    from r3edge.core.config import StudentConfig, load_yaml
+    from r3edge.distill.train import train_student
+    from r3edge.model.student import create_student
+
+    labels = write_labels(tmp_path / "labels")
+    lm, _ = create_student(load_yaml(tiny_bi_config(tmp_path), StudentConfig))
+    base = tmp_path / "base"
+    lm.encoder.save_pretrained(base)  # the tiny random encoder stands in for pretrained weights
+    raw = yaml.safe_load(tiny_bi_config(tmp_path).read_text())
+    raw["model"] = {"kind": "biencoder", "pretrained": str(base), "tokenizer": raw["model"]["tokenizer"]}
+    plain, mixed = tmp_path / "plain.yaml", tmp_path / "mixed.yaml"
+    plain.write_text(yaml.safe_dump(raw))
+    mixed.write_text(yaml.safe_dump({**raw, "train": {**raw["train"], "base_interpolation": 0.25}}))
+    full = load_file(train_student(labels, plain, tmp_path / "full", max_steps=4) / "model.safetensors")
+    mix = load_file(train_student(labels, mixed, tmp_path / "mix", max_steps=4) / "model.safetensors")
+    start = load_file(base / "model.safetensors")
+    moved = 0
+    for k, v in start.items():
+        key = next(n for n in mix if n.endswith(k))
+        moved += not torch.allclose(full[key], v)  # training moved it (mean pooling leaves the pooler alone)
+        torch.testing.assert_close(mix[key], 0.75 * v + 0.25 * full[key], rtol=1e-5, atol=1e-6)
+    assert moved >= len(start) - 2 > 10
+    head = [json.loads((tmp_path / d / "cosine_head.json").read_text()) for d in ("full", "mix")]
+    assert head[0] == head[1]  # the head is fitted anew, so it has no pretrained value to return to
+
+
+def test_base_interpolation_needs_a_start_that_already_ranks(tmp_path):
+    from r3edge.core.config import StudentConfig, load_yaml
+
+    random_init = yaml.safe_load(tiny_bi_config(tmp_path, base_interpolation=0.5).read_text())
+    (tmp_path / "r.yaml").write_text(yaml.safe_dump(random_init))
+    with pytest.raises(R3EdgeError, match="randomly initialised"):
+        load_yaml(tmp_path / "r.yaml", StudentConfig)
+    cross = yaml.safe_load((CONFIGS / "student" / "minilm-cqa.yaml").read_text())
+    cross["train"]["base_interpolation"] = 0.5
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(cross))
+    with pytest.raises(R3EdgeError, match="cross-encoder"):
+        load_yaml(tmp_path / "c.yaml", StudentConfig)
+    cross["train"]["base_interpolation"] = 1.0
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(cross))
+    with pytest.raises(R3EdgeError, match="base_interpolation"):
+        load_yaml(tmp_path / "c.yaml", StudentConfig)
+
+
 def test_cosine_head_is_fitted_before_the_encoder_trains(trained_bi):
     report = json.loads((trained_bi / "train_report.json").read_text())
     fit = report["cosine_head_fit"]

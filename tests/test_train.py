@@ -167,6 +167,24 @@ def test_a_diverged_student_stops_at_its_first_non_finite_loss_and_saves_nothing
     assert err.value.kind is ErrorKind.QUALITY and not (tmp_path / "s").exists()
 
 
+def test_interpolate_weights_mixes_a_tied_embedding_once():
+    import torch
+
+    from r3edge.core.config import StudentConfig, load_yaml
+    from r3edge.distill.train import interpolate_weights
+    from r3edge.model.loading import load_model
+
+    lm = load_model(load_yaml(TINY_STUDENT, StudentConfig).model)  # tie_word_embeddings: true
+    assert lm.get_output_embeddings().weight is lm.get_input_embeddings().weight
+    start = {k: v.clone() for k, v in lm.state_dict().items()}
+    with torch.no_grad():
+        for p in lm.parameters():
+            p.add_(1.0)
+    interpolate_weights(lm, start, 0.25)
+    for k, v in lm.state_dict().items():
+        torch.testing.assert_close(v, start[k] + 0.25, msg=k)
+
+
 def test_cli_reports_errors_without_a_traceback(tmp_path, capsys):
     from r3edge.cli import main
 

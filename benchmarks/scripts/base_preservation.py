@@ -13,7 +13,9 @@ The labels are a *gold proxy*: each pair's gold label with ``--smoothing`` sprea
 written as a labels directory. A perfect teacher isolates what fine-tuning itself does to the base;
 a real judge's labels of SemEval need a GPU (issue 21) and drop in with ``--labels``. nDCG@10 is
 r3edge's own (``r3edge.core.metrics``), scores come from the torch scoring graph (``lm_score_fn``),
-the path export is checked against.
+the path export is checked against. ``--interpolations`` adds, for each trained student, the rows
+``train.base_interpolation`` (WiSE-FT) would give: its pretrained weights mixed back in, computed from
+the trained weights by the functions ``r3edge train`` runs.
 
     .venv/bin/python benchmarks/scripts/base_preservation.py --out benchmarks/results/base-preservation-cpu-2core
 """
@@ -54,8 +56,8 @@ def proxy_labels(out: Path, queries: list[QueryCandidates], smoothing: float) ->
 
 def main() -> None:
     from r3edge.core.config import StudentConfig, load_yaml
-    from r3edge.distill.train import train_student
-    from r3edge.model.student import base_cosine_scoring, lm_score_fn, load_student
+    from r3edge.distill.train import interpolate_weights, pretrained_state, train_student
+    from r3edge.model.student import base_cosine_scoring, create_student, lm_score_fn, load_student
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--data", default="../shared/data/semeval2016-cqa")
@@ -68,6 +70,9 @@ def main() -> None:
     ap.add_argument("--smoothing", type=float, default=0.15)
     ap.add_argument("--labels", default=None, help="a real teacher's labels directory instead of the gold proxy")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--interpolations", default="",
+                    help="comma-separated a in (0, 1): also rank each trained student with train.base_interpolation a "
+                         "(WiSE-FT), computed from its trained weights as `r3edge train` computes it")
     args = ap.parse_args()
 
     work, out = Path(args.work), Path(args.out)
@@ -81,6 +86,7 @@ def main() -> None:
     train_q = sample_queries(semeval_queries(args.data, "C", "train"), args.train_queries, args.seed)
     labels = Path(args.labels) if args.labels else proxy_labels(work / "labels", train_q, args.smoothing)
     names = [n for n in args.students.split(",") if n]
+    alphas = [float(a) for a in args.interpolations.split(",") if a]
     values = (0.0, 1.0, 2.0)  # SemEval's grades and the demo's are the gains, as in every r3edge report
 
     def ndcg(scoring, queries: list[QueryCandidates]) -> float:
@@ -102,6 +108,17 @@ def main() -> None:
                      "train_pairs": report["n_examples"]["trained_on"], "train_s": report["wall_time_s"],
                      "wall_s": round(time.time() - t0, 1)})
         print(json.dumps(rows[-1]), flush=True)
+        if alphas:
+            config = load_yaml(name, StudentConfig)
+            start = pretrained_state(create_student(config)[0])
+            trained = {k: v.clone() for k, v in lm.state_dict().items()}
+            for a in alphas:
+                lm.load_state_dict(trained)
+                interpolate_weights(lm, start, a)
+                scoring = lm_score_fn(lm.eval(), scorer, name=f"{name}@{a}")
+                rows.append({"system": f"{name} ({config.model.kind}), trained, base_interpolation {a}",
+                             **{k: ndcg(scoring, v) for k, v in sets.items()}, "base_interpolation": a})
+                print(json.dumps(rows[-1]), flush=True)
     if args.labels:  # the given labels' own questions, not the sample the gold proxy would have used
         from r3edge.core.labels import read_labels
 
@@ -135,13 +152,16 @@ def markdown(results: dict, args) -> str:
         lines.append("| " + " | ".join([r["system"], *cells]) + " |")
     lines += ["", "In brackets: the difference from the base encoder by cosine (no training).", ""]
     for r in results["rows"]:
-        if "train_pairs" in r:
+        if "train_pairs" in r or "base_interpolation" in r:
             kept = [k for k in sets if r[k] >= base[k] - 0.01]
-            lines.append(f"- {r['system']}: trained on {r['train_pairs']} pairs in {r['train_s']:.0f} s; within 0.01 of "
-                         f"its base or above on {len(kept)} of {len(sets)} sets ({', '.join(kept) or 'none'}).")
+            how = (f"trained on {r['train_pairs']} pairs in {r['train_s']:.0f} s" if "train_pairs" in r else
+                   f"the trained weights mixed with the pretrained ones at {r['base_interpolation']}")
+            lines.append(f"- {r['system']}: {how}; within 0.01 of its base or above on {len(kept)} of {len(sets)} sets "
+                         f"({', '.join(kept) or 'none'}).")
     cmd = ("python benchmarks/scripts/base_preservation.py --out " + str(args.out) + f" --students {args.students} "
            f"--train-queries {args.train_queries} --c-dev-queries {args.c_dev_queries} --a-dev-queries {args.a_dev_queries}"
-           + (f" --labels {args.labels}" if args.labels else ""))
+           + (f" --labels {args.labels}" if args.labels else "")
+           + (f" --interpolations {args.interpolations}" if args.interpolations else ""))
     lines += ["", f"Reproduce: `{cmd}`", ""]
     return "\n".join(lines)
 

@@ -105,6 +105,12 @@ class TrainParams(Strict):
     # Keep the pretrained token embeddings as they are (half of a MiniLM's weights): fewer weights
     # for few labels to pull away from what the base knew.
     freeze_embeddings: bool = False
+    # WiSE-FT (Wortsman et al., 2022): each pretrained weight is saved as (1 - a) * its pretrained
+    # value + a * its trained one, for a = base_interpolation (None: as trained); a cosine student's
+    # head stays as trained. A student whose pretrained weights already rank (a cosine student, a
+    # causal LM reading its label rows) then keeps part of what its base knew however far a weak
+    # teacher pulled it.
+    base_interpolation: float | None = Field(None, gt=0.0, lt=1.0)
 
     @model_validator(mode="after")
     def _patience_needs_eval(self):
@@ -128,6 +134,11 @@ class StudentConfig(Strict):
 
     @model_validator(mode="after")
     def _encoder_fits_its_scorer(self):
+        if self.train.base_interpolation is not None and (self.model.kind == "encoder" or self.model.pretrained is None):
+            what = ("a randomly initialised model" if self.model.pretrained is None
+                    else "a cross-encoder (its label head starts random)")
+            raise ValueError("train.base_interpolation mixes the trained weights with the pretrained ones, which must "
+                             f"already rank: a cosine (biencoder) or causal student with pretrained weights, not {what}")
         if self.model.kind == "encoder" and self.scorer.padding_side != "right":
             raise ValueError("an encoder student classifies its first token ([CLS]); left padding would put a pad "
                              "there: set scorer.padding_side: right")

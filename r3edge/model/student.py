@@ -127,6 +127,10 @@ class CosineStudent(nn.Module):
     def get_input_embeddings(self) -> nn.Module:
         return self.encoder.get_input_embeddings()
 
+    def pretrained_state(self) -> dict[str, torch.Tensor]:
+        """The weights that came from the pretrained checkpoint: the encoder's (the head is fitted anew)."""
+        return {k: v for k, v in self.state_dict().items() if k.startswith("encoder.")}
+
     def get_output_embeddings(self) -> None:
         return None
 
