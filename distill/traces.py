@@ -184,17 +184,16 @@ def gold_traces(cfg: TeacherConfig, judge, queries: list[QueryCandidates],
                 continue
             native = native_of[c.label]
             pair = pair_context(cfg, q, c)
-            why = shared_words(q.query, pair.document) if reason == "shared_words" else REASON
-            if isinstance(judge, ScoreOnlyJudge):  # the prefix ends at <score>: the grade is the whole reply, no reason
+            if isinstance(judge, ScoreOnlyJudge):  # the prefix ends at <score>: the grade is the whole reply
                 reply = pre + verdict_tail(judge, native)
-            elif isinstance(judge, R3AJudge):
+            else:
+                why = shared_words(q.query, pair.document) if reason == "shared_words" else REASON
                 extract = best_sentence(q.query, pair.document) if native > 0 else None
-                if native > 0 and extract is None:
+                if isinstance(judge, R3AJudge) and native > 0 and extract is None:
                     out.dropped["relevant document has no text to extract"] += 1
                     continue
-                reply = f"{pre}{why}</think><extract>{extract or 'none'}</extract><score>{native}</score>"
-            else:
-                reply = f"{pre}{why}</think><score>{native}</score>"
+                tail = f"<extract>{extract or 'none'}</extract>" if isinstance(judge, R3AJudge) else ""
+                reply = f"{pre}{why}</think>{tail}<score>{native}</score>"
             if not _keep(judge, reply, pair, out):
                 continue
             messages = [*judge.assess_messages(pair, history), {"role": "assistant", "content": reply}]
