@@ -188,12 +188,14 @@ def gold_traces(cfg: TeacherConfig, judge, queries: list[QueryCandidates],
                 reply = pre + verdict_tail(judge, native)
             else:
                 why = shared_words(q.query, pair.document) if reason == "shared_words" else REASON
-                extract = best_sentence(q.query, pair.document) if native > 0 else None
-                if isinstance(judge, R3AJudge) and native > 0 and extract is None:
-                    out.dropped["relevant document has no text to extract"] += 1
-                    continue
-                tail = f"<extract>{extract or 'none'}</extract>" if isinstance(judge, R3AJudge) else ""
-                reply = f"{pre}{why}</think>{tail}<score>{native}</score>"
+                body = f"{why}</think>"
+                if isinstance(judge, R3AJudge):
+                    extract = best_sentence(q.query, pair.document) if native > 0 else None
+                    if native > 0 and extract is None:
+                        out.dropped["relevant document has no text to extract"] += 1
+                        continue
+                    body += f"<extract>{extract or 'none'}</extract>"
+                reply = f"{pre}{body}<score>{native}</score>"
             if not _keep(judge, reply, pair, out):
                 continue
             messages = [*judge.assess_messages(pair, history), {"role": "assistant", "content": reply}]
