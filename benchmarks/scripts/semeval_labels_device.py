@@ -114,25 +114,35 @@ def _machine() -> dict:
             "python": platform.python_version(), "cpu_count": os.cpu_count()}
 
 
-def label(args) -> int:
+def _label_and_tar(pairs_file: Path, teacher: str, out: Path, tar_to: Path, args, *, also: Path | None = None,
+                   **kw) -> dict:
+    """``label_pairs`` into ``out`` (``also`` copied in beside the labels), ``out`` tarred into ``tar_to``;
+    returns its manifest."""
+    import shutil
+
     from r3edge.core.labels import read_manifest
     from r3edge.distill.teacher import label_pairs
 
+    label_pairs(pairs_file, teacher, out, batch_size=args.batch_size, shard_size=args.shard_size, stream=sys.stdout, **kw)
+    if also is not None:
+        shutil.copyfile(also, out / also.name)
+    with tarfile.open(tar_to / f"labels-{out.name}.tar", "w") as tar:
+        tar.add(out, arcname=out.name)
+    return read_manifest(out)
+
+
+def label(args) -> int:
     _stand_in_packages(Path(args.pieces), Path(args.stubs))
     tar_to = Path(args.tar_to)
     tar_to.mkdir(parents=True, exist_ok=True)
     run = {"teacher": args.teacher, "machine": _machine(), "batch_size": args.batch_size, "splits": {}}
     for split in args.splits.split(","):
         t0 = time.time()
-        out = Path(args.labels) / f"{split}{args.suffix}"
-        label_pairs(Path(args.pairs) / f"{split}.jsonl", args.teacher, out, batch_size=args.batch_size,
-                    shard_size=args.shard_size, limit=args.limit, stream=sys.stdout)
+        man = _label_and_tar(Path(args.pairs) / f"{split}.jsonl", args.teacher, Path(args.labels) / f"{split}{args.suffix}",
+                             tar_to, args, limit=args.limit)
         wall = time.time() - t0
-        man = read_manifest(out)
         run["splits"][split] = {"pairs": man.get("n_done"), "complete": man.get("complete"), "wall_s": round(wall, 1),
                                 "pairs_per_s_incl_load": round((man.get("n_done") or 0) / wall, 1)}
-        with tarfile.open(tar_to / f"labels-{out.name}.tar", "w") as tar:
-            tar.add(out, arcname=out.name)
         (tar_to / "run.json").write_text(json.dumps(run, indent=2))
         print(json.dumps({split: run["splits"][split]}), flush=True)
     return 0
@@ -152,10 +162,8 @@ def cold_start(args) -> int:
     import yaml
 
     from r3edge.core.config import ModelSpec, StudentConfig, load_yaml
-    from r3edge.core.labels import read_manifest
     from r3edge.distill.sft import REPORT_FILE as SFT_REPORT
     from r3edge.distill.sft import load_sft_config, teacher_sft
-    from r3edge.distill.teacher import label_pairs
     from r3edge.distill.train import REPORT_FILE as STUDENT_REPORT
     from r3edge.distill.train import train_student
 
@@ -193,13 +201,9 @@ def cold_start(args) -> int:
 
     def label_split(split: str) -> None:
         t0 = time.time()
-        out = labels / split
-        label_pairs(pairs / f"{split}.jsonl", sft.teacher, out, teacher_model=teacher_dir, batch_size=args.batch_size,
-                    shard_size=args.shard_size, limit=32 if args.smoke else None, stream=sys.stdout)
-        shutil.copyfile(teacher_dir / SFT_REPORT, out / SFT_REPORT)  # `r3edge fidelity --labels` names the teacher from it
-        man = read_manifest(out)
-        with tarfile.open(tar_to / f"labels-{split}.tar", "w") as tar:
-            tar.add(out, arcname=split)
+        # the SFT report beside the labels: `r3edge fidelity --labels` names the teacher from it
+        man = _label_and_tar(pairs / f"{split}.jsonl", sft.teacher, labels / split, tar_to, args, also=teacher_dir / SFT_REPORT,
+                             teacher_model=teacher_dir, limit=32 if args.smoke else None)
         done(f"label_{split}", t0, pairs=man.get("n_done"), complete=man.get("complete"))
 
     label_split("dev")
