@@ -54,7 +54,7 @@ from r3edge.core.config import ModelSpec, SFTConfig, SFTParams, TeacherConfig, l
 from r3edge.core.errors import InvalidInput
 from r3edge.core.pairs import read_queries
 from r3edge.core.sequences import common_prefix_length
-from r3edge.distill.hf_trainer import ProgressCallback, require_finite, training_arguments
+from r3edge.distill.hf_trainer import FiniteSteps, ProgressCallback, TimeBudget, training_arguments
 from r3edge.distill.judges import get_judge
 from r3edge.distill.teacher import file_sha256, load_teacher_config
 from r3edge.distill.traces import Trace, gold_traces, label_traces, select
@@ -204,6 +204,7 @@ class SFTTrainer(Trainer):
     """
 
     tokens_seen = 0
+    finite = FiniteSteps()
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         lm = model.get_base_model() if hasattr(model, "get_base_model") else model
@@ -228,7 +229,7 @@ class SFTTrainer(Trainer):
         total = F.cross_entropy(logits, targets[sel], reduction="sum")
         n = torch.as_tensor(num_items_in_batch if num_items_in_batch is not None else sel.sum())
         self.tokens_seen += p + int(mask.sum())
-        loss = require_finite(total / n.to(total.device).clamp(min=1), self.state.global_step)
+        loss = self.finite.loss(total / n.to(total.device).clamp(min=1), self.state.global_step)
         return (loss, logits) if return_outputs else loss
 
 
@@ -354,6 +355,8 @@ def teacher_sft(config: str | Path | SFTConfig, out_dir: str | Path, *, gold: st
         "device": "cuda" if torch.cuda.is_available() else f"cpu ({torch.get_num_threads()} threads)",
         "epochs": fit.epochs,
         "steps": fit.steps,
+        "skipped_steps": fit.skipped_steps,
+        "stopped_by_time_at_step": fit.stopped_by_time_at,
         "loss_first": fit.losses[0][1] if fit.losses else None,
         "loss_last": fit.losses[-1][1] if fit.losses else None,
         "loss_log": fit.losses,
@@ -462,6 +465,8 @@ class _Fit:
     train_loss_mean: float
     wall: float
     tokens_seen: int
+    skipped_steps: list[int]
+    stopped_by_time_at: int | None
 
 
 def _fit(model, tokenizer, chunks: list[dict], tp: SFTParams, *, bf16: bool, epochs: float | None,
@@ -473,16 +478,18 @@ def _fit(model, tokenizer, chunks: list[dict], tp: SFTParams, *, bf16: bool, epo
         # a step is one chunk of up to train.batch_size examples sharing a prefix
         args = training_arguments(scratch, tp.model_copy(update={"batch_size": 1}), bf16=bf16, epochs=epochs, max_steps=max_steps,
                                   lr_scheduler_type=tp.lr_scheduler)
-        progress = ProgressCallback("sft")
+        progress, finite, clock = ProgressCallback("sft"), FiniteSteps(tp.max_skipped_steps), TimeBudget(tp.max_seconds)
         trainer = SFTTrainer(model=model, args=args, train_dataset=dataset, data_collator=SFTCollator(pad),
-                             callbacks=[progress])
+                             callbacks=[progress, finite, clock])
+        trainer.finite = finite
         t0 = time.perf_counter()
         progress.extra = lambda: f"{trainer.tokens_seen / max(time.perf_counter() - t0, 1e-9):.0f} tok/s"
         result = trainer.train()
         wall = time.perf_counter() - t0
         losses = [(h["step"], h["loss"]) for h in trainer.state.log_history if "loss" in h]
     return _Fit(epochs=float(trainer.state.epoch or 0.0), steps=int(trainer.state.global_step), losses=losses,
-                train_loss_mean=float(result.training_loss), wall=wall, tokens_seen=trainer.tokens_seen)
+                train_loss_mean=float(result.training_loss), wall=wall, tokens_seen=trainer.tokens_seen,
+                skipped_steps=finite.skipped, stopped_by_time_at=clock.stopped_at)
 
 
 def _save(lm, tokenizer, spec: ModelSpec, out_dir: str | Path, report: dict) -> Path:

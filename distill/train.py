@@ -30,7 +30,7 @@ from r3edge.core.errors import InvalidInput
 from r3edge.core.labels import read_labels, read_manifest
 from r3edge.core.progress import Progress
 from r3edge.core.scoring import Encoded, Scorer
-from r3edge.distill.hf_trainer import ProgressCallback, require_finite, training_arguments
+from r3edge.distill.hf_trainer import FiniteSteps, ProgressCallback, TimeBudget, training_arguments
 from r3edge.distill.losses import expected_scores, listwise_kl, margin_mse
 from r3edge.model.loading import native_bf16
 from r3edge.model.student import create_student, save_student, scoring_module
@@ -99,10 +99,11 @@ class DistillTrainer(Trainer):
 
     params: TrainParams = TrainParams()
     label_values: tuple[float, ...] = ()
+    finite = FiniteSteps()
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         loss, logits = distillation_loss(model, inputs, **_loss_settings(self.params, self.label_values))
-        loss = require_finite(loss, self.state.global_step)
+        loss = self.finite.loss(loss, self.state.global_step)
         return (loss, logits) if return_outputs else loss
 
     def _get_train_sampler(self, train_dataset=None):
@@ -364,6 +365,8 @@ def train_student(
         "docs_truncated": int(sum(1 for d in dataset["doc_tokens_dropped"] if d > 0)),
         "epochs": fit.epochs,
         "steps": fit.steps,
+        "skipped_steps": fit.skipped_steps,
+        "stopped_by_time_at_step": fit.stopped_by_time_at,
         "batch_size": tp.batch_size,
         "bf16": bf16,
         "device": "cuda" if torch.cuda.is_available() else f"cpu ({torch.get_num_threads()} threads)",
@@ -457,6 +460,8 @@ class _Fit:
     wall: float
     best_loss: float | None
     best_epoch: float | None
+    skipped_steps: list[int]
+    stopped_by_time_at: int | None
 
 
 def _fit(model: torch.nn.Module, scorer: Scorer, tp: TrainParams, dataset: Dataset, eval_set: Dataset | None, *,
@@ -464,7 +469,8 @@ def _fit(model: torch.nn.Module, scorer: Scorer, tp: TrainParams, dataset: Datas
     """Train ``model`` in place; with a held-out set, end on the weights of its best epoch."""
     with tempfile.TemporaryDirectory(prefix="r3edge-train-") as scratch:
         extra = {}
-        callbacks = [ProgressCallback("train")]
+        finite, clock = FiniteSteps(tp.max_skipped_steps), TimeBudget(tp.max_seconds)
+        callbacks = [ProgressCallback("train"), finite, clock]
         best = BestEpoch(model, tp.early_stopping_patience)
         if eval_set is not None:
             # the loss on held-out queries after every epoch (label_names: the loss needs the teacher's probs)
@@ -473,7 +479,7 @@ def _fit(model: torch.nn.Module, scorer: Scorer, tp: TrainParams, dataset: Datas
         args = training_arguments(scratch, tp, bf16=bf16, max_steps=max_steps, **extra)
         trainer = DistillTrainer(model=model, args=args, train_dataset=dataset, eval_dataset=eval_set,
                                  data_collator=DistillCollator(scorer), callbacks=callbacks)
-        trainer.params, trainer.label_values = tp, scorer.spec.label_values
+        trainer.params, trainer.label_values, trainer.finite = tp, scorer.spec.label_values, finite
         t0 = time.perf_counter()
         result = trainer.train()
         wall = time.perf_counter() - t0
@@ -481,7 +487,8 @@ def _fit(model: torch.nn.Module, scorer: Scorer, tp: TrainParams, dataset: Datas
         evals = [(h["epoch"], h["eval_loss"]) for h in trainer.state.log_history if "eval_loss" in h]
     best.restore()
     return _Fit(epochs=float(trainer.state.epoch or 0.0), steps=int(trainer.state.global_step), losses=losses, evals=evals,
-                train_loss_mean=float(result.training_loss), wall=wall, best_loss=best.loss, best_epoch=best.epoch)
+                train_loss_mean=float(result.training_loss), wall=wall, best_loss=best.loss, best_epoch=best.epoch,
+                skipped_steps=finite.skipped, stopped_by_time_at=clock.stopped_at)
 
 
 def _save_and_evaluate(lm, scorer: Scorer, out_dir: str | Path, report: dict, eval_labels_dir: str | Path | None) -> Path:

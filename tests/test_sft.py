@@ -395,6 +395,16 @@ def test_non_finite_weights_stop_the_cold_start_and_the_labelling_before_anythin
     with pytest.raises(R3EdgeError, match="training diverged at step 1") as err:
         teacher_sft(sft, tmp_path / "sft", gold=pairs, log=lambda *a: None)
     assert err.value.kind is ErrorKind.QUALITY and not (tmp_path / "sft").exists()
+    # with a budget of skipped steps, each NaN step is skipped until the budget is spent
+    # with a budget of skipped steps, each NaN step is skipped until the budget is spent (one step an epoch)
+    sft.write_text(sft.read_text().replace("epochs: 2", "epochs: 3") + "  max_skipped_steps: 2\n")
+    with pytest.raises(R3EdgeError, match=r"training diverged at step 3: the loss is nan after 2 skipped steps \[1, 2\]"):
+        teacher_sft(sft, tmp_path / "sft", gold=pairs, log=lambda *a: None)
+    # and a run whose budget covers every step trained nothing: still nothing saved
+    sft.write_text(sft.read_text().replace("max_skipped_steps: 2", "max_skipped_steps: 5"))
+    with pytest.raises(R3EdgeError, match="training skipped every one of its 3 steps"):
+        teacher_sft(sft, tmp_path / "sft", gold=pairs, log=lambda *a: None)
+    assert not (tmp_path / "sft").exists()
 
     with pytest.raises(R3EdgeError, match=r"non-finite probabilities .* for pair \(q1, ") as err:
         label_pairs(pairs, teacher, tmp_path / "labels", teacher_model=nan_dir, stream=open("/dev/null", "w"))  # noqa: SIM115
@@ -458,3 +468,39 @@ def test_trainable_layers_freeze_everything_below_the_top_layers(tmp_path):
     sft.write_text(f"name: x\nteacher: {TINY_TEACHER}\ntrain:\n  trainable_layers: 3\n  bf16: false\n")
     with pytest.raises(R3EdgeError, match="trainable_layers 3 is more than the model's 2 decoder layers"):
         teacher_sft(sft, tmp_path / "x", gold=pairs, max_steps=1, log=lambda *a: None)
+
+
+def test_a_step_with_non_finite_gradients_is_skipped_within_the_budget_and_stops_training_past_it():
+    """A finite loss can still leave NaN gradients (a NaN in a position the loss never reads); the
+    step's gradients are dropped, so the optimiser changes nothing, and the step is listed."""
+    import types
+
+    import torch
+
+    from r3edge.distill.hf_trainer import FiniteSteps
+
+    model = torch.nn.Linear(3, 2)
+    state = types.SimpleNamespace(global_step=4)
+    guard = FiniteSteps(budget=1)
+    model.weight.grad, model.bias.grad = torch.ones(2, 3), torch.ones(2)
+    guard.on_pre_optimizer_step(None, state, None, model=model)
+    assert model.weight.grad is not None and guard.skipped == []  # finite: untouched
+    model.weight.grad[0, 1] = float("nan")
+    guard.on_pre_optimizer_step(None, state, None, model=model)
+    assert model.weight.grad is None and model.bias.grad is None and guard.skipped == [5]
+    model.bias.grad = torch.tensor([float("inf"), 0.0])
+    with pytest.raises(R3EdgeError, match="training diverged at step 5: the gradients are not finite after 1 skipped"):
+        guard.on_pre_optimizer_step(None, state, None, model=model)
+
+
+@pytest.mark.slow
+def test_max_seconds_ends_the_cold_start_after_the_step_that_passes_it_and_saves_the_model(tmp_path):
+    from r3edge.distill.sft import teacher_sft
+
+    pairs = _pairs(tmp_path, TOY)
+    sft = tmp_path / "sft.yaml"
+    sft.write_text(f"name: toy\nteacher: {TINY_TEACHER}\ntrain:\n  epochs: 3\n  batch_size: 2\n  bf16: false\n"
+                   "  max_seconds: 1.0e-6\n")
+    out = teacher_sft(sft, tmp_path / "sft", gold=pairs, log=lambda *a: None)
+    report = json.loads((out / "sft_report.json").read_text())
+    assert report["steps"] == 1 and report["stopped_by_time_at_step"] == 1 and report["skipped_steps"] == []

@@ -111,6 +111,12 @@ class TrainParams(Strict):
     # causal LM reading its label rows) then keeps part of what its base knew however far a weak
     # teacher pulled it.
     base_interpolation: float | None = Field(None, gt=0.0, lt=1.0)
+    #: optimiser steps with a NaN/inf loss or gradient that are skipped (their gradients dropped) before
+    #: training stops with a QUALITY error and saves nothing (r3edge.distill.hf_trainer.FiniteSteps)
+    max_skipped_steps: int = Field(0, ge=0)
+    #: end training after the step that passes this many seconds (None: the configured epochs), so a run
+    #: on a lent machine saves its model inside one call; the report says where it stopped
+    max_seconds: float | None = Field(None, gt=0)
 
     @model_validator(mode="after")
     def _patience_needs_eval(self):
@@ -251,6 +257,12 @@ class SFTParams(Strict):
     #: output projection) and the layers below stay frozen, so the backward pass stops at the first
     #: trainable layer (None: every weight). Cheaper steps where compute is scarce (a CPU cold start).
     trainable_layers: PositiveInt | None = None
+    #: optimiser steps with a NaN/inf loss or gradient that are skipped (their gradients dropped) before
+    #: training stops with a QUALITY error and saves nothing (r3edge.distill.hf_trainer.FiniteSteps)
+    max_skipped_steps: int = Field(0, ge=0)
+    #: end training after the step that passes this many seconds (None: the configured epochs), so a run
+    #: on a lent machine saves its model inside one call; the report says where it stopped
+    max_seconds: float | None = Field(None, gt=0)
 
 
 class SFTConfig(Strict):
