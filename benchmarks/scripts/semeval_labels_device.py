@@ -226,7 +226,15 @@ def _dev_rows(labels: Path, dev) -> dict[str, dict]:
     from r3edge.core.metrics import relevance_metrics
 
     rows: dict[str, dict] = {}
-    for name, sub in (("score-only", "dev"), ("R³A two-round, zero-shot", "dev-r3a")):
+    sft = labels / "sft_report.json"  # a cold-started judge's labels carry its cold start's report
+    if sft.is_file():
+        r = json.loads(sft.read_text())
+        how = f"LoRA r={r['lora']['r']}" if r.get("lora") else "full fine-tuning"
+        score_only = (f"score-only, cold-started ({how}, {r['steps']} steps, {r['epochs']:.2f} epochs on "
+                      f"{r['examples']} gold traces)")
+    else:
+        score_only = "score-only, zero-shot"
+    for name, sub in ((score_only, "dev"), ("R³A two-round, zero-shot", "dev-r3a")):
         if (labels / sub / "manifest.json").is_file():
             m = read_manifest(labels / sub)
             rows[name] = {**judge_metrics(labels / sub, dev), "dir": sub,
@@ -271,7 +279,7 @@ def _markdown(r: dict) -> str:
         return "–" if v is None else format(v, fmt)
 
     lines = [
-        "# Qwen2.5-Coder-1.5B-Instruct as the SemEval teacher: both protocols on all of C dev",
+        f"# Qwen2.5-Coder-1.5B-Instruct as the SemEval teacher: {' and '.join(r['dev'])} on all of C dev",
         "",
         f"Labelled on one {mach['gpu']} (lent device machine; torch {mach['torch']}, transformers "
         f"{mach['transformers']}, in-process `label_pairs`, bf16) from the packaged Q4_K_M GGUF; ranked and scored "
