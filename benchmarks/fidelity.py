@@ -34,10 +34,11 @@ def system_entry(row: dict, **extra) -> dict:
     return out
 
 
-def goals(results: dict, recommended: str) -> dict:
-    """The judgement issue's goals, each with the two numbers it compares (None where not measured)."""
+def goals(results: dict, recommended: str, int8: str = "int8") -> dict:
+    """The judgement issue's goals, each with the two numbers it compares (None where not measured); ``int8``
+    is the quantized variant compared with fp32."""
     s = results["systems"]
-    t, st, q = s.get("teacher", {}), s.get(recommended, {}), s.get(f"{recommended}-int8") or s.get("student-int8", {})
+    t, st, q = s.get("teacher", {}), s.get(recommended, {}), s.get(f"{recommended}-{int8}", {})
 
     def ratio(a, b):
         return None if a is None or not b else a / b

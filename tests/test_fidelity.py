@@ -78,6 +78,12 @@ def test_results_have_the_issue_shape_and_the_report_files(tmp_path):
     results["goals"] = goals(results, "student")
     assert results["goals"]["student_ndcg_share_of_teacher"] == pytest.approx(0.8)
     assert results["goals"]["int8_minus_fp32_accuracy_points"] == pytest.approx(0.0)
+    # the goal compares the quantized variant it is told to (fidelity's first non-fp32 --variants entry)
+    smooth = {**row, "variant": "int8-smooth",
+              "accuracy": {**row["accuracy"], "vs_gold": {**row["accuracy"]["vs_gold"], "accuracy": 0.79}}}
+    with_smooth = {**results, "systems": {**systems, "student-int8-smooth": system_entry(smooth)}}
+    assert goals(with_smooth, "student", int8="int8-smooth")["int8_minus_fp32_accuracy_points"] == pytest.approx(-1.0)
+    assert goals(with_smooth, "student")["int8_minus_fp32_accuracy_points"] == pytest.approx(0.0)
     # the floor every student must clear: its own base encoder by cosine
     assert results["goals"]["student_ndcg_above_base_cosine"] == [0.4, 0.45]
     assert results["goals"]["teacher_ndcg_above_base_cosine"] == [0.5, 0.45]

@@ -8,7 +8,7 @@ SemEval-2016 CQA (Qatar Living forum, comments graded 0/1/2, 100 candidates per 
    labels, not reasoning: no stronger judge is reachable here);
 3. label: the cold-started teacher labels C train and C dev through the labelling backend (a vLLM
    server started from ``--vllm`` when given, else in-process transformers);
-4. students: each student config is distilled on the teacher's soft labels, exported (fp32 + int8)
+4. students: each student config is distilled on the teacher's soft labels, exported (``--variants``, fp32 + int8 by default)
    and served over gRPC on the dev questions;
 5. report: ``results.json``, ``report.md`` and ``latency_vs_ndcg.png`` under ``--results``.
 
@@ -57,6 +57,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--until", default=None, choices=["teacher", "label"],
                         help="stop after this stage (e.g. cold start and labels on a GPU machine, students on the CPU)")
     parser.add_argument("--requests", type=int, default=10, help="top-100 requests per student variant for latency")
+    parser.add_argument("--variants", default="fp32,int8",
+                        help="export variants of each student (r3edge export --variants); the first quantized one is the "
+                             "int8 the goal compares with fp32 (int8-smooth is the variant the demo serves)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the question samples")
 
 
@@ -204,7 +207,7 @@ def _label(args, out: Path, teacher_config: str, teacher_dir: Path, splits) -> d
 
 
 def _students(args, out: Path, names: list[str], labels: dict[str, Path], train_pairs: Path, dev) -> dict[str, dict]:
-    """Per student config: distil it on the train labels, export it (fp32 + int8) and bench it on the
+    """Per student config: distil it on the train labels, export it (``--variants``) and bench it on the
     dev questions; a student or artifact already there is reused."""
     from r3edge.benchmarks.systems import bench_systems
     from r3edge.core.scoring import SCORER_FILE
@@ -217,7 +220,7 @@ def _students(args, out: Path, names: list[str], labels: dict[str, Path], train_
         if not (student / SCORER_FILE).is_file():
             train_student(labels["train"], name, student)
         if not (artifact / "manifest.json").is_file():
-            export_artifact(student, artifact, variants=("fp32", "int8"), calib_pairs=train_pairs)
+            export_artifact(student, artifact, variants=tuple(args.variants.split(",")), calib_pairs=train_pairs)
         bench[name] = bench_systems(dev, artifact=str(artifact), labels_dir=str(labels["dev"]), requests=args.requests)
     return bench
 
@@ -259,14 +262,14 @@ def _results(args, dev, bench: dict, names: list[str], dev_manifest: dict, teach
                      "sft_config": args.sft_config if sft_report else None, "teacher": dev_manifest.get("teacher"),
                      "labelling": "vllm" if (args.vllm or args.base_url) else "transformers",
                      "cold_start_and_labelling_on": where,
-                     "requests_per_variant": args.requests, "wall_s": round(wall_s, 1),
+                     "requests_per_variant": args.requests, "variants": args.variants, "wall_s": round(wall_s, 1),
                      "teacher_cold_start": {k: sft_report.get(k) for k in (
                          "base_model", "trained", "trained_by_label", "earlier_round_examples", "tokens", "epochs",
                          "steps", "wall_time_s", "tokens_per_s", "loss_first", "loss_last")} if sft_report else None,
                      "teacher_labelling": summary},
         "systems": systems,
     }
-    results["goals"] = goals(results, "student")
+    results["goals"] = goals(results, "student", int8=next((v for v in args.variants.split(",") if v != "fp32"), "int8"))
     rate = summary.get("pairs", 0) / wall if wall else None
     results["notes"] = [
         f"Teacher latency is measured: the wall time of labelling the {len(dev)} dev questions "
