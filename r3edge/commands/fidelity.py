@@ -323,7 +323,8 @@ def _command(args) -> str:
              "--sft-config", args.sft_config, "--students", args.students]
     for flag, val in (("--stages-on", args.stages_on), ("--label-batch-size", args.label_batch_size),
                       ("--sft-examples", args.sft_examples), ("--sft-queries", args.sft_queries), ("--train-queries", args.train_queries),
-                      ("--dev-queries", args.dev_queries), ("--vllm", args.vllm), ("--labels", args.labels)):
+                      ("--dev-queries", args.dev_queries), ("--vllm", args.vllm), ("--labels", args.labels),
+                      ("--variants", None if args.variants == "fp32,int8" else args.variants)):
         if val is not None:
             parts += [flag, str(val)]
     return " ".join(shlex.quote(p) for p in parts)
