@@ -1,17 +1,19 @@
 """Before/after calibration on SemEval C dev: a table and one reliability diagram from four `r3edge eval --json`
-outputs (DIR/dev-{before,after}-{fp32,int8}.json; usage: calibration_before_after.py DIR)."""
+outputs (DIR/dev-{before,after}-{V}.json for each variant V; usage: calibration_before_after.py DIR [fp32,int8]).
+The diagram shows the last variant listed (the served int8 one)."""
 import json
 import sys
 
 from r3edge.core.calibration import plot_reliability
 
 d = sys.argv[1]
+variants = (sys.argv[2] if len(sys.argv) > 2 else "fp32,int8").split(",")
 rows, lines = {}, []
-for v in ("fp32", "int8"):
+for v in variants:
     for when in ("before", "after"):
         r = json.load(open(f"{d}/dev-{when}-{v}.json"))
         rel, m = r["student_reliability"], r["student_vs_gold"]
-        if v == "int8":
+        if v == variants[-1]:
             t = r["temperature"]
             rows[f"{v}, " + ("uncalibrated" if when == "before" else f"T={t:.2f} (fitted on A train)")] = rel
         lines.append(f"| {v} | {when} | {r['temperature']:.3f} | {m['ece']:.4f} | {m['accuracy']:.3f} | {m['ndcg@10']:.3f} | {rel['n']} |")
