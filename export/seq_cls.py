@@ -58,6 +58,11 @@ def export_seq_cls(student_dir: str | Path, out_dir: str | Path, *, calib_pairs:
             "express it",
             "export it with --format onnx (the default) and serve the artifact with `r3edge serve`, or train an "
             "encoder (cross-encoder) or causal student for --format hf-seq-cls", field="format")
+    if spec.label_bias is not None:
+        raise InvalidInput(f"{student_dir} is calibrated with a per-label bias (scorer.json label_bias), which an "
+                           "engine's plain softmax over a bias-free head cannot apply",
+                           "export with --format onnx (the artifact's scorer applies it), or calibrate with the "
+                           "temperature alone (r3edge calibrate without --bias)", field="label_bias")
     lm, scorer = load_student(student_dir)
     graph = scoring_module(lm, scorer).eval()
     t = float(spec.temperature)

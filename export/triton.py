@@ -211,8 +211,9 @@ code was run against this artifact's tokenizer, but the repository has not been 
 
 Send a batch of pairs to the ensemble `{ENSEMBLE}` (`{ENSEMBLE}_openvino` for the OpenVINO IR, CPU):
 inputs `QUERY` and `DOCUMENT`, `TYPE_STRING`, shape `[n, 1]` (n <= {budget['max_batch_size']}); output
-`label_logits` `[n, {spec.n_labels}]`. Probabilities are `softmax(label_logits / {spec.temperature})`
-(the temperature of `scorer.json`); relevance is `sum(probs * {list(spec.label_values)})`.
+`label_logits` `[n, {spec.n_labels}]`. Probabilities are
+`softmax(label_logits / {spec.temperature}{f' + {list(spec.label_bias)}' if spec.label_bias else ''})`
+(the calibration of `scorer.json`); relevance is `sum(probs * {list(spec.label_values)})`.
 
 * The tokenizer (`{TOKENIZER}/1/model.py`) imports `r3edge.core.scoring`: install r3edge (torch-free core:
   tokenizers, numpy) in the Python backend's environment. It pads every pair to max_total_tokens

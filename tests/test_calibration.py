@@ -100,3 +100,81 @@ def test_calibrate_cli_writes_the_temperature_the_runtime_then_applies(tiny_arti
     assert (tmp_path / "eval.png").stat().st_size > 1000
     rel = json.loads((tmp_path / "m.json").read_text())["student_reliability"]
     assert rel["ece"] == pytest.approx(reliability(p, gold)["ece"]) and sum(b["n"] for b in rel["bins"]) == rel["n"] == len(gold)
+
+
+def test_a_wrong_label_prior_needs_the_bias_that_fit_temperature_and_bias_recovers():
+    """Gold drawn from softmax(z + prior), mostly label 0; the model reports 2z (too sharp, prior
+    lost). A temperature cannot move an argmax; the fitted bias returns the prior."""
+    from r3edge.core.calibration import fit_temperature, fit_temperature_and_bias, reliability
+    from r3edge.core.scoring import softmax
+
+    rng = np.random.default_rng(1)
+    z = rng.normal(0, 1.5, size=(6000, 3))
+    prior = np.array([0.0, -2.5, -3.0])
+    gold = np.array([rng.choice(3, p=row) for row in softmax(z + prior)])
+    t, bias = fit_temperature_and_bias(z * 2.0, gold)
+    assert t == pytest.approx(2.0, rel=0.1) and bias[0] == 0.0
+    assert np.allclose(bias[1:], prior[1:], atol=0.25)
+    with_bias = reliability(softmax(z * 2.0 / t + np.asarray(bias)), gold)["ece"]
+    temperature_only = reliability(softmax(z * 2.0 / fit_temperature(z * 2.0, gold)), gold)["ece"]
+    assert with_bias < 0.02 and with_bias < temperature_only / 2
+
+
+def test_label_bias_lives_in_the_scorer_spec_and_changes_no_input(tiny_artifact):
+    from r3edge.core.errors import InvalidInput
+    from r3edge.core.scoring import Scorer, ScorerSpec
+
+    scorer = Scorer.load(tiny_artifact)
+    assert "label_bias" not in scorer.spec.to_json()  # scorer.json stays as it was until a bias is fitted
+    biased = Scorer(dataclasses.replace(scorer.spec, temperature=2.0, label_bias=(0.0, -1.0, 0.5)), scorer.tokenizer)
+    logits = np.array([[2.0, 0.0, -1.0], [0.0, 1.0, 0.5]])
+    z = logits / 2.0 + np.array([0.0, -1.0, 0.5])
+    assert np.allclose(biased.probabilities(logits), np.exp(z) / np.exp(z).sum(1, keepdims=True))
+    assert biased.spec.fingerprint() == scorer.spec.fingerprint()
+    assert ScorerSpec.from_json(biased.spec.to_json()).label_bias == (0.0, -1.0, 0.5)
+    with pytest.raises(InvalidInput, match="label_bias has 2 entries for 3 labels"):
+        dataclasses.replace(scorer.spec, label_bias=(0.0, 1.0))
+
+
+@pytest.mark.slow
+def test_calibrate_bias_writes_temperature_and_bias_that_the_artifact_then_applies(tiny_artifact, tmp_path, capsys):
+    from test_train import write_labels
+
+    from r3edge.cli import main
+    from r3edge.core.calibration import fit_temperature_and_bias
+    from r3edge.core.labels import read_labels, read_manifest, write_manifest, write_shard
+    from r3edge.distill.evaluate import artifact_score_fn, evaluate
+
+    art = tmp_path / "art"
+    shutil.copytree(tiny_artifact, art)
+    # the random tiny artifact ranks the sample's gold at random: gold from its own argmax (the second label
+    # where the first is argmax, every other time), so the fit has a positive temperature and a bias to find
+    sample = write_labels(tmp_path / "sample")
+    fn = artifact_score_fn(art)
+    try:
+        argmax = evaluate(sample, fn, return_logits=True)["_logits"].argmax(1)
+    finally:
+        fn.close()
+    rows = read_labels(sample).to_pylist()
+    for i, (r, a) in enumerate(zip(rows, argmax)):
+        r["gold"] = int(a if i % 2 or a else 1)
+    labels = tmp_path / "labels"
+    labels.mkdir()
+    write_shard(labels, rows)
+    write_manifest(labels, read_manifest(sample))
+    assert main(["calibrate", str(labels), "--artifact", str(art), "--bias"]) == 0
+    spec = json.loads((art / "scorer.json").read_text())
+    assert "label bias" in capsys.readouterr().out and len(spec["label_bias"]) == 3
+    fn = artifact_score_fn(art)
+    try:
+        result = evaluate(labels, fn, return_logits=True)
+    finally:
+        fn.close()
+    t, bias = fit_temperature_and_bias(result["_logits"], result["_gold"])
+    assert spec["temperature"] == pytest.approx(t) and spec["label_bias"] == pytest.approx(list(bias))
+    z = result["_logits"] / t + np.asarray(bias)
+    p = np.exp(z - z.max(1, keepdims=True))
+    p /= p.sum(1, keepdims=True)
+    from r3edge.core.calibration import reliability
+    assert result["student_vs_gold"]["ece"] == pytest.approx(reliability(p, gold := result["_gold"])["ece"])
+    assert len(gold) > 0

@@ -1,4 +1,5 @@
-"""Calibration of the student's label probabilities: temperature scaling and its measurement.
+"""Calibration of the student's label probabilities: temperature scaling (with an optional per-label
+bias) and its measurement.
 
 Users threshold ``score`` and ``label_probs`` ("drop below 0.5"), so a probability should mean what
 it says. Temperature scaling (Guo et al., 2017) divides the label logits by one scalar ``T`` fitted
@@ -29,9 +30,7 @@ def _nll(logits: np.ndarray, gold: np.ndarray, temperature: float) -> float:
     return float(-_log_softmax(logits / temperature)[np.arange(len(gold)), gold].mean())
 
 
-def fit_temperature(logits, gold, *, bounds: tuple[float, float] = (0.05, 20.0), iterations: int = 80) -> float:
-    """The temperature that minimises the negative log-likelihood of ``gold`` (class indices) under
-    ``softmax(logits / T)``; golden-section search on log T (the NLL is unimodal in it)."""
+def _checked(logits, gold) -> tuple[np.ndarray, np.ndarray]:
     z = np.asarray(logits, dtype=np.float64)
     y = np.asarray(gold, dtype=np.int64)
     if z.ndim != 2 or len(z) != len(y) or not len(y):
@@ -40,6 +39,13 @@ def fit_temperature(logits, gold, *, bounds: tuple[float, float] = (0.05, 20.0),
     if y.min() < 0 or y.max() >= z.shape[1]:
         raise InvalidInput(f"gold labels must be class indices in 0..{z.shape[1] - 1}", "map the gold labels first",
                            field="gold")
+    return z, y
+
+
+def fit_temperature(logits, gold, *, bounds: tuple[float, float] = (0.05, 20.0), iterations: int = 80) -> float:
+    """The temperature that minimises the negative log-likelihood of ``gold`` (class indices) under
+    ``softmax(logits / T)``; golden-section search on log T (the NLL is unimodal in it)."""
+    z, y = _checked(logits, gold)
     lo, hi = np.log(bounds[0]), np.log(bounds[1])
     ratio = (np.sqrt(5) - 1) / 2
     a, b = hi - ratio * (hi - lo), lo + ratio * (hi - lo)
@@ -54,6 +60,44 @@ def fit_temperature(logits, gold, *, bounds: tuple[float, float] = (0.05, 20.0),
             b = lo + ratio * (hi - lo)
             fb = _nll(z, y, np.exp(b))
     return float(np.exp((lo + hi) / 2))
+
+
+def fit_temperature_and_bias(logits, gold, *, iterations: int = 100) -> tuple[float, tuple[float, ...]]:
+    """``(T, bias)`` minimising the NLL of ``gold`` under ``softmax(logits / T + bias)``, bias[0] = 0.
+
+    Temperature scaling keeps every argmax, so where the student's label prior is wrong (a
+    grade-balanced teacher on candidates that are mostly irrelevant) no ``T`` calibrates its top-label
+    confidence; a per-label bias (vector scaling with one shared scale, Guo et al., 2017) can. The NLL
+    is convex in ``(1/T, bias)``, a multinomial logistic regression on fixed logits: damped Newton steps.
+    """
+    z, y = _checked(logits, gold)
+    n, k = z.shape
+    onehot = np.eye(k)[y]
+    theta = np.zeros(k)  # [1/T, bias_1 .. bias_{k-1}]
+    theta[0] = 1.0
+
+    def nll(t):
+        zz = z * t[0] + np.concatenate([[0.0], t[1:]])
+        return float(-_log_softmax(zz)[np.arange(n), y].mean())
+
+    for _ in range(iterations):
+        zz = z * theta[0] + np.concatenate([[0.0], theta[1:]])
+        p = np.exp(_log_softmax(zz))
+        jac = np.concatenate([z[:, :, None], np.broadcast_to(np.eye(k)[:, 1:], (n, k, k - 1))], axis=2)  # d zz / d theta
+        grad = np.einsum("nk,nkp->p", p - onehot, jac) / n
+        cov = p[:, :, None] * np.eye(k)[None] - p[:, :, None] * p[:, None, :]
+        hess = np.einsum("nkp,nkl,nlq->pq", jac, cov, jac) / n + 1e-9 * np.eye(k)
+        step, f0 = np.linalg.solve(hess, grad), nll(theta)
+        t = 1.0
+        while nll(theta - t * step) > f0 and t > 1e-6:
+            t /= 2
+        theta = theta - t * step
+        if np.abs(t * step).max() < 1e-10:
+            break
+    if not theta[0] > 0:
+        raise InvalidInput("the fitted temperature is not positive: these logits rank the gold labels backwards",
+                           "calibrate on held-out pairs of the task the student was trained for", field="gold")
+    return float(1.0 / theta[0]), (0.0, *map(float, theta[1:]))
 
 
 def reliability(probs, gold, bins: int = ECE_BINS) -> dict:

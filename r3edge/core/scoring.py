@@ -122,6 +122,11 @@ class ScorerSpec:
     #: ``r3edge calibrate`` on held-out gold labels; r3edge.core.calibration). It changes no ranking
     #: and no input, so it is not part of the fingerprint.
     temperature: float = 1.0
+    #: added to the tempered label logits before the softmax (vector scaling's per-label bias, fitted
+    #: with the temperature by ``r3edge calibrate --bias``): it corrects a label prior the student did
+    #: not learn (a grade-balanced teacher on mostly irrelevant candidates). None: no bias. It changes no
+    #: input, so it is not part of the fingerprint either.
+    label_bias: tuple[float, ...] | None = None
 
     def __post_init__(self):
         if len(self.label_tokens) != len(self.label_values):
@@ -144,6 +149,9 @@ class ScorerSpec:
         if not self.temperature > 0:
             raise InvalidInput(f"scorer spec: temperature={self.temperature}", "use a positive temperature",
                                field="temperature")
+        if self.label_bias is not None and len(self.label_bias) != len(self.label_values):
+            raise InvalidInput(f"scorer spec: label_bias has {len(self.label_bias)} entries for {len(self.label_values)} labels",
+                               "give one bias per label, or drop label_bias", field="label_bias")
         for name in ("max_query_tokens", "max_doc_tokens", "max_total_tokens"):
             if getattr(self, name) <= 0:
                 raise InvalidInput(f"scorer spec: {name} must be positive", f"set {name} > 0")
@@ -157,6 +165,10 @@ class ScorerSpec:
         d["label_tokens"] = list(self.label_tokens)
         d["label_token_ids"] = list(self.label_token_ids)
         d["label_values"] = list(self.label_values)
+        if self.label_bias is None:
+            del d["label_bias"]  # scorer.json files stay as they were until a bias is fitted
+        else:
+            d["label_bias"] = list(self.label_bias)
         return d
 
     @staticmethod
@@ -170,17 +182,20 @@ class ScorerSpec:
         d["template"] = PromptTemplate(**d["template"])
         for key in ("label_tokens", "label_token_ids", "label_values"):
             d[key] = tuple(d[key])
+        if d.get("label_bias") is not None:
+            d["label_bias"] = tuple(d["label_bias"])
         return ScorerSpec(**d)
 
     def fingerprint(self) -> str:
         """A short hash that changes whenever any input-affecting field changes.
 
         The default ``head`` is left out of the hash, so artifacts exported before the field existed
-        keep the fingerprint their manifest records; so is ``temperature``, which changes no input
-        (an artifact can be calibrated after export).
+        keep the fingerprint their manifest records; so are ``temperature`` and ``label_bias``, which
+        change no input (an artifact can be calibrated after export).
         """
         d = self.to_json()
         del d["temperature"]
+        d.pop("label_bias", None)
         if d["head"] == "label_rows":
             del d["head"]
         blob = json.dumps(d, sort_keys=True).encode()
@@ -472,8 +487,10 @@ class Scorer:
 
     # -- output -------------------------------------------------------------------------------
     def probabilities(self, label_logits: np.ndarray) -> np.ndarray:
-        """``softmax(label_logits / temperature)``: the spec's calibration applied (1.0: none)."""
-        return softmax(np.asarray(label_logits, dtype=np.float64) / self.spec.temperature)
+        """``softmax(label_logits / temperature + label_bias)``: the spec's calibration applied (1.0 and no
+        bias: none)."""
+        z = np.asarray(label_logits, dtype=np.float64) / self.spec.temperature
+        return softmax(z if self.spec.label_bias is None else z + np.asarray(self.spec.label_bias))
 
     def relevance(self, label_logits: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``(probs [n, n_labels], score [n])`` with score = Σ p·label_value (monotone, 0..2)."""
