@@ -141,8 +141,9 @@ def test_calibrate_bias_writes_temperature_and_bias_that_the_artifact_then_appli
     from test_train import write_labels
 
     from r3edge.cli import main
-    from r3edge.core.calibration import fit_temperature_and_bias
+    from r3edge.core.calibration import fit_temperature_and_bias, reliability
     from r3edge.core.labels import read_labels, read_manifest, write_manifest, write_shard
+    from r3edge.core.scoring import softmax
     from r3edge.distill.evaluate import artifact_score_fn, evaluate
 
     art = tmp_path / "art"
@@ -172,9 +173,7 @@ def test_calibrate_bias_writes_temperature_and_bias_that_the_artifact_then_appli
         fn.close()
     t, bias = fit_temperature_and_bias(result["_logits"], result["_gold"])
     assert spec["temperature"] == pytest.approx(t) and spec["label_bias"] == pytest.approx(list(bias))
-    z = result["_logits"] / t + np.asarray(bias)
-    p = np.exp(z - z.max(1, keepdims=True))
-    p /= p.sum(1, keepdims=True)
-    from r3edge.core.calibration import reliability
-    assert result["student_vs_gold"]["ece"] == pytest.approx(reliability(p, gold := result["_gold"])["ece"])
+    gold = result["_gold"]
     assert len(gold) > 0
+    p = softmax(result["_logits"] / t + np.asarray(bias))
+    assert result["student_vs_gold"]["ece"] == pytest.approx(reliability(p, gold)["ece"])
