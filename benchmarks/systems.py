@@ -215,15 +215,18 @@ def in_process_row(runtime: Runtime, queries: Sequence[QueryCandidates], teacher
     getattr(runtime, "close", lambda: None)()
     latency = percentiles(latencies)
     pairs_per_s = pairs / wall if wall > 0 else None
+    device = str(info.get("device") or "cpu")  # a torch runtime runs on the GPU when there is one
+    on = f"{info.get('threads')} threads" if device == "cpu" else f"on {device}"
     return {
         "system": system,
-        "variant": f"{info['runtime']} {info['variant']}, one padded batch",
+        "variant": f"{info['runtime']} {info['variant']}" + ("" if device == "cpu" else f" on {device}") + ", one padded batch",
         "kind": "student",
         "runtime": info["runtime"],
+        "device": device,
         "head": scorer.spec.head,
         "scorer_fingerprint": scorer.spec.fingerprint(),
         "label_values": list(scorer.spec.label_values),
-        "latency_source": f"measured in-process ({info['runtime']}, {info.get('threads')} threads): text to label logits, "
+        "latency_source": f"measured in-process ({info['runtime']}, {on}): text to label logits, "
                           "one padded batch per request, concurrency 1",
         "latency_ms": latency,
         "pairs_per_s": pairs_per_s,
@@ -245,7 +248,8 @@ def judge_row(measured: dict, queries: Sequence[QueryCandidates], label_values: 
     acc = accuracy_block(queries, probs, label_values, teacher)
     return {
         "system": measured["name"],
-        "variant": f"{measured['model']} · {measured['engine']}",
+        "variant": f"{measured['model']} · {measured['engine']}"
+                   + (f", batch {b}" if (b := measured.get("batch_size")) else ""),
         "kind": "judge",
         "judge": measured["judge"],
         "model": measured["model"],

@@ -167,13 +167,21 @@ def closed_loop(reranker: JudgeReranker, queries: Sequence[QueryCandidates], n_r
     return out, wall  # type: ignore[return-value]
 
 
-def judge_config(spec: JudgeSpec, *, teacher_model: str | Path | None = None) -> TeacherConfig:
-    """The teacher config of a judge row, with its weights (the entry's own, else ``teacher_model``) and
-    ``@K`` applied."""
+def judge_config(spec: JudgeSpec, *, teacher_model: str | Path | None = None,
+                 batch_size: int | None = None) -> TeacherConfig:
+    """The teacher config of a judge row, with its weights (the entry's own, else ``teacher_model``),
+    ``@K`` and, when given, ``batch_size`` applied. The batch size is an engine setting, not the protocol's:
+    the configs size it for a 2-core CPU (16 sequences), where a GPU takes a whole top-100 in one batch."""
     from r3edge.distill.teacher import load_teacher_config
 
     weights = spec.weights if spec.weights is not None else teacher_model
-    return load_teacher_config(spec.config, samples=spec.samples, model=None if weights == "config" else weights)
+    cfg = load_teacher_config(spec.config, samples=spec.samples, model=None if weights == "config" else weights)
+    if batch_size is None:
+        return cfg
+    if batch_size < 1:
+        raise InvalidInput(f"judge batch size {batch_size} is not positive", "give --judge-batch-size >= 1",
+                           field="--judge-batch-size")
+    return cfg.model_copy(update={"generation": cfg.generation.model_copy(update={"batch_size": batch_size})})
 
 
 def row_name(spec: JudgeSpec, cfg: TeacherConfig) -> str:
@@ -246,13 +254,22 @@ def measure_judge(cfg: TeacherConfig, queries: Sequence[QueryCandidates], *, bas
         "teacher": cfg.name,
         "model": cfg.model.pretrained or "random-init",
         "samples": cfg.samples,
-        "engine": "OpenAI-compatible server" if base_url else "transformers in-process",
+        "batch_size": None if base_url else cfg.generation.batch_size,  # the server batches on its own
+        "engine": "OpenAI-compatible server" if base_url else _in_process_engine(),
         "base_url": base_url,
         "phases": {1: _phase(served, state.wall1, 1), **{c: state.phases[c] for c in state.wanted}},
         "concurrency_not_run": [c for c in dict.fromkeys(concurrency) if c != 1 and not base_url],
         "first_phase_runs": max(state.runs, 1),
         "probs": {(qid, docid): p for qid, r in first.items() for docid, p in r.probs.items()},
     }
+
+
+def _in_process_engine() -> str:
+    """The in-process engine as a row names it, with its device when that is not the CPU."""
+    from r3edge.distill.backends.transformers_backend import engine_device
+
+    device = engine_device()
+    return "transformers in-process" + ("" if device == "cpu" else f" on {device}")
 
 
 @dataclass
@@ -352,18 +369,20 @@ def _phase(served: list[ServedRequest], wall_s: float, concurrency: int) -> dict
 def measure_judges(specs: Sequence[JudgeSpec], queries: Sequence[QueryCandidates], *, teacher_model: str | None = None,
                    vllm_python: str | None = None, base_url: str | None = None, work_dir: str | Path = "runs/bench",
                    requests: int = 5, concurrency: Sequence[int] = (1, 4), kv_cache_gib: int = 2,
-                   journal_dir: str | Path | None = None, stream: TextIO | None = None) -> list[dict]:
-    """:func:`measure_judge` for every judge, on one engine: a vLLM server started from ``vllm_python``
-    per distinct model (judges sharing weights share the server), a running server at ``base_url``, or
-    in-process transformers when neither is given. ``kv_cache_gib`` sizes a started server's KV cache: a
-    request's pairs run together only while their sequences fit in it (pairs of one query share their
-    prefix's blocks through vLLM's prefix cache); beyond it the server queues them, and that is measured.
+                   journal_dir: str | Path | None = None, stream: TextIO | None = None,
+                   batch_size: int | None = None) -> list[dict]:
+    """:func:`measure_judge` for every judge (``batch_size``: see :func:`judge_config`), on one engine:
+    a vLLM server started from ``vllm_python`` per distinct model (judges sharing weights share the
+    server), a running server at ``base_url``, or in-process transformers when neither is given.
+    ``kv_cache_gib`` sizes a started server's KV cache: a request's pairs run together only while their
+    sequences fit in it (pairs of one query share their prefix's blocks through vLLM's prefix cache);
+    beyond it the server queues them, and that is measured.
     With ``journal_dir`` answered requests are kept and reused, and a model whose judges are all
     answered there gets no server."""
     if vllm_python and base_url:
         raise InvalidInput("--vllm and --base-url both given", "start a server with --vllm, or use a running one with --base-url")
     work = Path(work_dir)
-    cfgs = [(s, judge_config(s, teacher_model=teacher_model)) for s in specs]
+    cfgs = [(s, judge_config(s, teacher_model=teacher_model, batch_size=batch_size)) for s in specs]
     if not vllm_python:
         return [measure_judge(cfg, queries, base_url=base_url, requests=requests, concurrency=concurrency,
                               label=row_name(s, cfg), stream=stream, journal_dir=journal_dir) for s, cfg in cfgs]

@@ -42,7 +42,7 @@ def test_bench_cli_writes_results_report_and_plot(tiny_artifact, tiny_student, s
     out = tmp_path / "bench"
     rc = main(["bench", "--artifact", str(tiny_artifact), "--pairs", str(sample_pairs_file), "--labels", str(labels_dir),
                "--judges", str(TINY_TEACHER), "--judge-requests", "3", "--requests", "4", "--concurrency", "1,2",
-               "--torch-student", str(tiny_student), "--out", str(out)])
+               "--judge-batch-size", "3", "--torch-student", str(tiny_student), "--out", str(out)])
     assert rc == 0
     results = json.loads((out / "results.json").read_text())
     assert {"cpu", "cpu_flags", "cores_logical", "ram_gib", "os", "python", "versions", "gpus", "timestamp"} <= set(results["machine"])
@@ -74,7 +74,9 @@ def test_bench_cli_writes_results_report_and_plot(tiny_artifact, tiny_student, s
     for metric in ("accuracy", "auc_0_12", "auc_01_2", "ndcg@10"):
         assert naive["accuracy"]["vs_gold"][metric] == pytest.approx(fp32["accuracy"]["vs_gold"][metric], abs=1e-6), metric
     assert naive["accuracy"]["vs_teacher"]["n"] == 7
-    judge = rows[("r3a-tiny", "random-init · transformers in-process")]
+    # --judge-batch-size reached the engine (the config says 4) and the row names it
+    judge = rows[("r3a-tiny", "random-init · transformers in-process, batch 3")]
+    assert results["settings"]["judge_batch_size"] == 3
     assert judge["kind"] == "judge" and judge["latency_source"].startswith("measured")
     # every query served once at concurrency 1, at least --judge-requests requests: 3 requests of 4, 3, 4 pairs
     assert judge["throughput"]["1"]["requests"] == 3 and judge["n_pairs_served"] == 11
@@ -214,6 +216,13 @@ def test_judge_entries_parse_and_bad_ones_name_the_fix():
     # =config keeps the config's own model even when --teacher-model names other weights
     assert judge_config(JudgeSpec(str(TINY_TEACHER), weights="config"), teacher_model="elsewhere").model.architecture
     assert judge_config(JudgeSpec(str(TINY_TEACHER)), teacher_model="elsewhere").model.pretrained == "elsewhere"
+    # --judge-batch-size: an engine setting over the config's, the protocol's settings untouched
+    own = judge_config(JudgeSpec(str(TINY_TEACHER)))
+    big = judge_config(JudgeSpec(str(TINY_TEACHER)), batch_size=100)
+    assert big.generation.batch_size == 100 != own.generation.batch_size
+    assert big.generation.model_dump(exclude={"batch_size"}) == own.generation.model_dump(exclude={"batch_size"})
+    with pytest.raises(InvalidInput, match="--judge-batch-size"):
+        judge_config(JudgeSpec(str(TINY_TEACHER)), batch_size=0)
 
 
 def test_engine_model_serves_local_dirs_as_they_are_and_caches_the_rest(tmp_path, monkeypatch):
@@ -426,3 +435,37 @@ def test_judges_share_one_real_vllm_server_with_every_pair_in_flight(sample_pair
         assert row["phases"][2]["requests"] == 2 and all(s > 0 for s in row["phases"][2]["latency_s"])
         assert len(row["probs"]) == 4 and all(p is not None and abs(sum(p) - 1) < 1e-6 for p in row["probs"].values())
         assert row["phases"][1]["generated_tokens"] > 0
+
+
+def test_rows_name_the_gpu_that_ran_them(tiny_student, sample_pairs_file, monkeypatch):
+    """A torch student or an in-process judge on a GPU machine runs on the GPU: its row says so, and does not
+    read as a CPU thread count (the GPU run of issue 22 put both beside a CPU-served student)."""
+    from r3edge.benchmarks.systems import in_process_row
+    from r3edge.core.pairs import read_queries
+    from r3edge.distill import judge_rerank
+    from r3edge.distill.backends import transformers_backend
+    from r3edge.model.runtimes import load_runtime
+
+    queries = read_queries(sample_pairs_file)
+    cpu = load_runtime(str(tiny_student), "fp32", threads=1, backend="torch")
+    row = in_process_row(cpu, queries, None, system="naive", requests=2, concurrency=1)
+    assert row["device"] == "cpu" and row["variant"] == "torch fp32, one padded batch"
+    assert "(torch, 1 threads)" in row["latency_source"]
+
+    class OnGpu:  # the real runtime, as a CUDA machine's TorchRuntime describes itself
+        def __init__(self, inner):
+            self.inner, self.scorer = inner, inner.scorer
+
+        def label_logits(self, *a):
+            return self.inner.label_logits(*a)
+
+        def info(self):
+            return {**self.inner.info(), "device": "cuda:0"}
+
+    gpu = in_process_row(OnGpu(load_runtime(str(tiny_student), "fp32", threads=1, backend="torch")), queries, None,
+                         system="naive", requests=2, concurrency=1)
+    assert gpu["device"] == "cuda:0" and gpu["variant"] == "torch fp32 on cuda:0, one padded batch"
+    assert "(torch, on cuda:0)" in gpu["latency_source"] and "threads" not in gpu["latency_source"]
+    assert judge_rerank._in_process_engine() == "transformers in-process"  # this machine has no GPU
+    monkeypatch.setattr(transformers_backend._torch.cuda, "is_available", lambda: True)
+    assert judge_rerank._in_process_engine() == "transformers in-process on cuda"

@@ -26,6 +26,12 @@ _torch = require("torch", "train")
 _transformers = require("transformers", "train")
 
 
+def engine_device() -> str:
+    """Where the in-process engine runs: generation is the labelling bottleneck, so on the GPU whenever
+    there is one."""
+    return "cuda" if _torch.cuda.is_available() else "cpu"
+
+
 class TransformersBackend:
     name = "transformers"
     MIN_SHARED = 16  # shortest common prefix worth a separate prefill
@@ -42,8 +48,7 @@ class TransformersBackend:
         if not getattr(self.tokenizer, "chat_template", None):
             raise InvalidInput(f"tokenizer {spec.tokenizer_ref!r} has no chat template",
                               "use an instruct model's tokenizer (R³A is a multi-turn chat protocol)")
-        # generation is the labelling bottleneck: run it on the GPU whenever there is one
-        self.device = "cuda" if _torch.cuda.is_available() else "cpu"
+        self.device = engine_device()
         self.model = load_model(spec).eval().to(self.device)
         gc = self.model.generation_config
         gc.pad_token_id = self.tokenizer.pad_token_id

@@ -69,6 +69,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
                      help="at least this many top-N requests per judge and concurrency (every query is served once); "
                           "answered requests are kept in OUT/judges/ and a rerun with the same settings serves only "
                           "the missing ones (delete that folder to measure again)")
+    jud.add_argument("--judge-batch-size", type=int, default=None, metavar="N",
+                     help="in-process transformers judges: sequences per generation batch, overriding each config's "
+                          "(sized for a 2-core CPU); e.g. 100 on a GPU, one top-100 request per batch")
     parser.add_argument("--concurrency", default="1,4",
                         help="closed-loop callers, comma-separated: latency at the first, throughput at each")
     parser.add_argument("--labels", default=None, help="teacher labels directory (agreement when no judge is measured)")
@@ -162,7 +165,8 @@ def bench(args) -> dict:
         measured = measure_judges(specs, queries, teacher_model=args.teacher_model, vllm_python=args.vllm,
                                   base_url=args.base_url, work_dir=Path(args.out) / "logs", requests=args.judge_requests,
                                   concurrency=levels, kv_cache_gib=args.vllm_kv_cache_gib,
-                                  journal_dir=Path(args.out) / "judges", stream=sys.stderr)
+                                  journal_dir=Path(args.out) / "judges", stream=sys.stderr,
+                                  batch_size=args.judge_batch_size)
     teacher = measured[0]["probs"] if measured else (teacher_probs(args.labels)[0] if args.labels else None)
     limits = {k: getattr(args, k) for k in ("max_concurrent_requests", "max_batch_tokens", "max_batch_size")
               if getattr(args, k) is not None}
@@ -190,6 +194,7 @@ def bench(args) -> dict:
                                judge_engine=("vllm" if args.vllm else "openai" if args.base_url else "transformers")
                                if args.judges else None,
                                judge_requests=args.judge_requests if args.judges else None,
+                               judge_batch_size=args.judge_batch_size if args.judges else None,
                                teacher=measured[0]["name"] if measured else ("labels" if args.labels else None))
     if args.vllm:
         machine["vllm"] = vllm_version(args.vllm)
