@@ -124,7 +124,8 @@ def run(args) -> int:
         t0 = time.time()
         log = out / f"{name}.log"
         with log.open("w") as fh:
-            rc = subprocess.run(cmd, env=env, cwd=work, stdout=fh, stderr=subprocess.STDOUT).returncode  # not the checkout: its r3edge/ is not the installed package
+            # cwd: not the checkout, whose r3edge/ folder would shadow the installed package
+            rc = subprocess.run(cmd, env=env, cwd=work, stdout=fh, stderr=subprocess.STDOUT).returncode
         run_info["steps"][name] = {"rc": rc, "wall_s": round(time.time() - t0, 1)}
         run_info["elapsed_s"] = round(time.time() - t_start, 1)
         (out / "run.json").write_text(json.dumps(run_info, indent=2))
