@@ -22,14 +22,15 @@ axis with SIMD lanes whose alignment shifts with the padding (attention outputs 
 ~1e-7) — and a quantizer is a step function: a 1e-7 change that crosses a rounding boundary
 becomes a whole quantization step (2.3 on a down_proj output whose MinMax range is ±585), which
 the following layers carry to the logits. fp32 alone only moves 1e-6. So the ``int8`` graph
-(1) computes each attention Softmax in float64 (cast in, cast back: the fp32 probabilities then
-come out identical for any padding except with ~1e-8 probability per element; the fp32 P·V
-MatMul after it was measured bit-exact across padding), and (2) quantizes only the MatMul
+(1) takes each attention Softmax's row sums in float64 (exp(x - max) / sum; the fp32 probabilities
+then come out identical for any padding except with ~1e-8 probability per element; the fp32 P·V
+MatMul after it was measured bit-exact across padding; until 2026-11-27 the whole Softmax ran in
+float64, at about 5x the cost, see :func:`_softmax_sums_in_float64`), and (2) quantizes only the MatMul
 inputs, not their outputs (no Q/DQ on q/k/v/o/gate/up/down outputs: fewer rounding steps, and
 0.11 instead of 0.29 max |Δscore| vs fp32 on the calibration pairs). Measured on the demo
 student, 2 cores, 300 held-out + 64 calibration pairs: 0 pairs move at all (was 6, up to
-0.087); 100 candidates in 3.3 s vs fp32's 4.4 s (median, load_runtime); without the float64
-Softmax int8 takes ~1.8 s but is not batch invariant. Its accuracy vs fp32 on that causal student
+0.087); 100 candidates in 3.3 s vs fp32's 4.4 s (median, load_runtime; with the whole Softmax in
+float64); without any float64 step int8 takes ~1.8 s but is not batch invariant. Its accuracy vs fp32 on that causal student
 was poor (Spearman of scores 0.29-0.54). ``int8`` is among the variants ``r3edge export`` builds when
 none are named (:class:`r3edge.export.options.ExportOptions`), and every variant passes the same
 parity gate; on the demo's encoder student ``int8-smooth`` (below) tracks fp32 closest, which is why
@@ -94,9 +95,10 @@ noisy):
   (8-bit GPTQ weights: mean 0.010, top-10 0.970-0.976); no variant reaches the 98% goal. Tried and
   not kept: SmoothQuant alpha 0.3 / 0.65 / 0.8 with GPTQ (top-10 0.936 / 0.960 / 0.954); keeping one
   layer's FFN-down MatMul in fp32 (0.954-0.964 per layer) or all six (0.966).
-* The static ``int8`` graph's float64 Softmax (its batch-invariance fix) cost 25% of its kernel time
+* The static ``int8`` graph's whole-float64 Softmax (its batch-invariance fix until 2026-11-27) cost 25% of its kernel time
   on the unfused encoder graph (572 ms of Softmax per top-100 vs 30 ms in fp32); on the fused graph
-  the softmax is inside MultiHeadAttention and no float64 cast is inserted.
+  the softmax is inside MultiHeadAttention and nothing is rewritten. Only the row sums run in
+  float64 now (:func:`_softmax_sums_in_float64`).
 """
 
 from __future__ import annotations
@@ -223,30 +225,54 @@ def _external(path: Path) -> bool:
     return path.stat().st_size > 1_800_000_000 or any(path.parent.glob(path.name + ".data"))
 
 
-def _softmax_in_float64(model_path: Path, external: bool) -> int:
-    """Run every Softmax of ``model_path`` in float64 (Cast in, Cast back); returns how many.
+def _softmax_sums_in_float64(model_path: Path, external: bool) -> int:
+    """Rewrite every Softmax of ``model_path`` as exp(x - max) / sum, the sum taken in float64; returns how many.
 
     Makes the fp32 attention probabilities bit-identical whether or not a row is padded, so the
-    static quantizers downstream cannot turn 1-ulp padding noise into whole quantization steps.
-    """
+    static quantizers downstream cannot turn 1-ulp padding noise into whole quantization steps: the
+    max is exact in any order, exp and the division are elementwise, and only the sum depends on the
+    order of its terms (its float64 rounding vanishes in the cast back to float32, except with ~1e-8
+    probability). The whole Softmax in float64 did the same at about 5x the cost: on the SemEval cosine
+    student (256-token documents) it took 2.4 s per top-100 (62% of int8-smooth's kernel time; this
+    form's parts 0.45 s, fp32's Softmax 0.23 s) and made int8 slower than fp32
+    (benchmarks/results/int8-softmax-xeon-2core)."""
+    import numpy as np
     import onnx
-    from onnx import TensorProto, helper
+    from onnx import TensorProto, helper, numpy_helper
 
     model = onnx.load(str(model_path))
     g = model.graph
-    nodes, n = [], 0
+    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
+    nodes, n, axes_inits = [], 0, {}
     for node in g.node:
         if node.op_type != "Softmax":
             nodes.append(node)
             continue
-        x, y = node.input[0], node.output[0]
-        nodes.append(helper.make_node("Cast", [x], [x + "_f64"], to=TensorProto.DOUBLE, name=node.name + "_to_f64"))
-        node.input[0], node.output[0] = x + "_f64", y + "_f64"
-        nodes.append(node)
-        nodes.append(helper.make_node("Cast", [y + "_f64"], [y], to=TensorProto.FLOAT, name=node.name + "_to_f32"))
+        if opset < 13:  # Softmax flattened its input from `axis` on before opset 13
+            raise InvalidInput(f"{model_path.name}: opset {opset} Softmax cannot be rewritten row-wise",
+                               "export the fp32 graph at opset 13 or later")
+        axis = next((a.i for a in node.attribute if a.name == "axis"), -1)
+        x, y, p = node.input[0], node.output[0], (node.name or f"softmax{n}") + "_"
+        if axis not in axes_inits:
+            axes_inits[axis] = numpy_helper.from_array(np.array([axis], dtype=np.int64), f"r3edge_softmax_axis{axis}")
+        axes = axes_inits[axis].name
+
+        row_max = (helper.make_node("ReduceMax", [x], [p + "max"], axes=[axis], keepdims=1, name=p + "ReduceMax")
+                   if opset < 18 else  # its axes were an attribute before opset 18
+                   helper.make_node("ReduceMax", [x, axes], [p + "max"], keepdims=1, name=p + "ReduceMax"))
+        nodes += [
+            row_max,
+            helper.make_node("Sub", [x, p + "max"], [p + "shifted"], name=p + "Sub"),
+            helper.make_node("Exp", [p + "shifted"], [p + "exp"], name=p + "Exp"),
+            helper.make_node("Cast", [p + "exp"], [p + "exp_f64"], to=TensorProto.DOUBLE, name=p + "to_f64"),
+            helper.make_node("ReduceSum", [p + "exp_f64", axes], [p + "sum_f64"], keepdims=1, name=p + "ReduceSum"),
+            helper.make_node("Cast", [p + "sum_f64"], [p + "sum"], to=TensorProto.FLOAT, name=p + "to_f32"),
+            helper.make_node("Div", [p + "exp", p + "sum"], [y], name=p + "Div"),
+        ]
         n += 1
     del g.node[:]
     g.node.extend(nodes)
+    g.initializer.extend(axes_inits.values())
     if external:
         data = model_path.with_name(model_path.name + ".data")
         if data.exists():
@@ -665,7 +691,7 @@ def quantize(
                                   stats=stats, alpha=preset.smooth_alpha, gelu_unsigned=preset.unsigned_gelu,
                                   gptq=preset.gptq))
         # a no-op on fused encoder graphs (their softmax is inside MultiHeadAttention)
-        info["float64_softmax"] = _softmax_in_float64(out_path, _external(fp32_path))
+        info["float64_softmax_sums"] = _softmax_sums_in_float64(out_path, _external(fp32_path))
     elif preset.kind == "dynamic":
         from onnxruntime.quantization import QuantType, quantize_dynamic
 
@@ -694,7 +720,7 @@ def quantize(
             extra_options={"ActivationSymmetric": False, "WeightSymmetric": True,
                            "OpTypesToExcludeOutputQuantization": ["MatMul"]},
         )
-        info["float64_softmax"] = _softmax_in_float64(out_path, _external(fp32_path))
+        info["float64_softmax_sums"] = _softmax_sums_in_float64(out_path, _external(fp32_path))
         info["quantized_matmuls"] = len(nodes)
         info.update(_activation_coverage(out_path, fp32_path))
         info["calibration_batches"] = len(feeds)

@@ -77,23 +77,68 @@ def test_artifact_holds_no_local_paths(artifact, tiny_student, sample_pairs_file
             assert not [d for d in local if d in text], f"{path.name} names a local directory"
 
 
-def test_int8_graph_softmax_float64_and_matmul_outputs_unquantized(artifact):
+def test_int8_graph_softmax_sums_float64_and_matmul_outputs_unquantized(artifact):
     # Padding changes fp32 Softmax sums by an ulp; a static quantizer downstream turns that into
-    # a whole step (0.087 in score on the trained demo student). Softmax runs in float64, and
-    # MatMul outputs carry no Q/DQ, so the int8 graph is bit-exact across padding.
+    # a whole step (0.087 in score on the trained demo student). Each Softmax becomes exp(x - max) / sum
+    # with the sum in float64, and MatMul outputs carry no Q/DQ, so the int8 graph is bit-exact across
+    # padding. Only the sum is float64: a whole float64 Softmax cost about 5x as much (2.4 s per top-100).
     import onnx
 
     g = onnx.load(str(artifact / "model.int8.onnx"), load_external_data=False).graph
     prod = {o: n for n in g.node for o in n.output}
-    softmaxes = [n for n in g.node if n.op_type == "Softmax"]
-    assert softmaxes and all(prod[n.input[0]].op_type == "Cast" for n in softmaxes)
-    assert all(any(a.name == "to" and a.i == onnx.TensorProto.DOUBLE for a in prod[n.input[0]].attribute)
-               for n in softmaxes)
+    assert not [n for n in g.node if n.op_type == "Softmax"]
+    divs = [n for n in g.node if n.op_type == "Div" and n.name.endswith("_Div") and n.input[1] in prod
+            and prod[n.input[1]].op_type == "Cast"]
+    assert divs
+    for div in divs:
+        exp, back = prod[div.input[0]], prod[div.input[1]]
+        total = prod[back.input[0]]
+        to64 = prod[total.input[0]]
+        assert exp.op_type == "Exp" and prod[exp.input[0]].op_type == "Sub" and total.op_type == "ReduceSum"
+        assert to64.op_type == "Cast" and to64.input[0] == exp.output[0]
+        assert [a.i for a in to64.attribute if a.name == "to"] == [onnx.TensorProto.DOUBLE]
+        assert [a.i for a in back.attribute if a.name == "to"] == [onnx.TensorProto.FLOAT]
     quantized_outputs = [n.name for n in g.node if n.op_type == "QuantizeLinear"
                          and n.input[0] in prod and prod[n.input[0]].op_type == "MatMul"]
     assert quantized_outputs == []
     report = json.loads((artifact / "export_report.json").read_text())
-    assert report["quantization"]["int8"]["float64_softmax"] == len(softmaxes)
+    assert report["quantization"]["int8"]["float64_softmax_sums"] == len(divs)
+
+
+def test_softmax_rewrite_matches_onnx_softmax_whatever_the_padding(tmp_path):
+    """The rewrite computes Softmax (axis -1 and an inner axis, opsets 17 and 21, -inf masks included), and
+    a row's probabilities do not change when masked columns are appended to it."""
+    import numpy as np
+    import onnx
+    import onnxruntime as ort
+    from onnx import TensorProto, helper
+
+    from r3edge.export.quantize import _softmax_sums_in_float64
+
+    def graph(axis: int, opset: int) -> Path:
+        path = tmp_path / f"softmax{axis}-{opset}.onnx"
+        x = helper.make_tensor_value_info("x", TensorProto.FLOAT, None)
+        y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+        model = helper.make_model(helper.make_graph([helper.make_node("Softmax", ["x"], ["y"], axis=axis)], "g", [x], [y]),
+                                  opset_imports=[helper.make_opsetid("", opset)])
+        onnx.save(model, str(path))
+        return path
+
+    rng = np.random.default_rng(0)
+    for axis, opset in ((-1, 21), (1, 21), (-1, 17)):  # before opset 18 ReduceMax takes its axes as an attribute
+        path = graph(axis, opset)
+        x = (rng.standard_normal((3, 5, 37)) * 4).astype(np.float32)
+        x[0, :, 30:] = -np.inf  # a masked tail
+        want = ort.InferenceSession(str(path)).run(None, {"x": x})[0]
+        assert _softmax_sums_in_float64(path, external=False) == 1
+        assert [n.op_type for n in onnx.load(str(path)).graph.node] == [
+            "ReduceMax", "Sub", "Exp", "Cast", "ReduceSum", "Cast", "Div"]
+        sess = ort.InferenceSession(str(path))
+        got = sess.run(None, {"x": x})[0]
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-7)
+        if axis == -1:  # padding: the same rows with 27 more masked columns give bit-identical probabilities
+            padded = np.concatenate([x, np.full((3, 5, 27), -np.inf, np.float32)], axis=-1)
+            assert np.array_equal(sess.run(None, {"x": padded})[0][..., :37], got)
 
 
 def test_ort_fp32_matches_torch(artifact, torch_scorer):
