@@ -75,15 +75,17 @@ def fit_temperature_and_bias(logits, gold, *, iterations: int = 100) -> tuple[fl
     onehot = np.eye(k)[y]
     theta = np.zeros(k)  # [1/T, bias_1 .. bias_{k-1}]
     theta[0] = 1.0
+    # d zz / d theta: zz is linear in theta, so this is the same at every step
+    jac = np.concatenate([z[:, :, None], np.broadcast_to(np.eye(k)[:, 1:], (n, k, k - 1))], axis=2)
+
+    def log_probs(t):
+        return _log_softmax(z * t[0] + np.concatenate([[0.0], t[1:]]))
 
     def nll(t):
-        zz = z * t[0] + np.concatenate([[0.0], t[1:]])
-        return float(-_log_softmax(zz)[np.arange(n), y].mean())
+        return float(-log_probs(t)[np.arange(n), y].mean())
 
     for _ in range(iterations):
-        zz = z * theta[0] + np.concatenate([[0.0], theta[1:]])
-        p = np.exp(_log_softmax(zz))
-        jac = np.concatenate([z[:, :, None], np.broadcast_to(np.eye(k)[:, 1:], (n, k, k - 1))], axis=2)  # d zz / d theta
+        p = np.exp(log_probs(theta))
         grad = np.einsum("nk,nkp->p", p - onehot, jac) / n
         cov = p[:, :, None] * np.eye(k)[None] - p[:, :, None] * p[:, None, :]
         hess = np.einsum("nkp,nkl,nlq->pq", jac, cov, jac) / n + 1e-9 * np.eye(k)
