@@ -83,15 +83,16 @@ def _env(stubs: Path | None) -> dict:
 
 
 def run(args) -> int:
-    from semeval_labels_device import _machine, _stand_in_packages
+    from semeval_labels_device import _machine, _stand_in_packages, smoke_student
 
     t_start = time.time()
-    bench_dir, work, out = Path(args.bench), Path(args.work), Path(args.out)
+    # absolute: the CLI steps run in --work, not here
+    bench_dir, work, out = Path(args.bench).resolve(), Path(args.work).resolve(), Path(args.out).resolve()
     work.mkdir(parents=True, exist_ok=True)
     out.mkdir(parents=True, exist_ok=True)
     stubs = None
     if not args.smoke:
-        stubs = Path(args.stubs)
+        stubs = Path(args.stubs).resolve()
         _stand_in_packages(Path(args.pieces), stubs)
     env = _env(stubs)
     artifact = work / "artifact"
@@ -102,17 +103,8 @@ def run(args) -> int:
                 for piece in sorted(Path(args.artifact_pieces or bench_dir).glob("onnx[0-9][0-9]")):
                     dst.write(piece.read_bytes())
     judges = "r3a-tiny" if args.smoke else args.judges
-    student_cfg = args.student
-    if args.smoke:  # the real student's config on the random 2-layer Qwen2 of semeval_labels_device's smoke
-        import yaml
-        from semeval_labels_device import SMOKE_MODEL
-
-        from r3edge.core.config import StudentConfig, load_yaml
-
-        cfg = load_yaml(args.student, StudentConfig).model_dump(mode="json", exclude_none=True)
-        cfg["model"] = {"kind": "causal", **SMOKE_MODEL}
-        student_cfg = str(work / "smoke-student.yaml")
-        Path(student_cfg).write_text(yaml.safe_dump(cfg))
+    # --smoke: the real student's config on the random 2-layer Qwen2 of semeval_labels_device's smoke
+    student_cfg = str(smoke_student(args.student, work)) if args.smoke else args.student
     variant = "int8" if args.smoke else args.variant
     common = ["--pairs", str(bench_dir / "requests.jsonl"), "--judges", judges, "--judge-batch-size", str(args.judge_batch_size),
               "--labels", str(LABELS / "dev"), "--concurrency", "1,4", "--out", str(out / "bench")]

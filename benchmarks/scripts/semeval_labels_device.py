@@ -155,13 +155,24 @@ SMOKE_MODEL = {"architecture": {"model_type": "qwen2", "vocab_size": 151936, "hi
                "tokenizer": "tokenizer:qwen2.5", "seed": 0}
 
 
+def smoke_student(student: str | Path, work: Path) -> Path:
+    """``student``'s config on the random 2-layer Qwen2 of --smoke, written into ``work``."""
+    import yaml
+
+    from r3edge.core.config import StudentConfig, load_yaml
+
+    cfg = load_yaml(student, StudentConfig).model_dump(mode="json", exclude_none=True)
+    cfg["model"] = {"kind": "causal", **SMOKE_MODEL}
+    path = work / "smoke-student.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
 def cold_start(args) -> int:
     """Cold-start the judge on gold traces, label with it, distil the causal student: see the module docstring."""
     import shutil
 
-    import yaml
-
-    from r3edge.core.config import ModelSpec, StudentConfig, load_yaml
+    from r3edge.core.config import ModelSpec
     from r3edge.distill.sft import REPORT_FILE as SFT_REPORT
     from r3edge.distill.sft import load_sft_config, teacher_sft
     from r3edge.distill.train import REPORT_FILE as STUDENT_REPORT
@@ -178,10 +189,7 @@ def cold_start(args) -> int:
     if args.smoke:  # the same steps on a random tiny Qwen2: a few traces, pairs and steps
         sft = sft.model_copy(update={"model": ModelSpec(**SMOKE_MODEL),
                                      "traces": sft.traces.model_copy(update={"per_label_cap": 8})})
-        cfg = load_yaml(student, StudentConfig).model_dump(mode="json", exclude_none=True)
-        cfg["model"] = {"kind": "causal", **SMOKE_MODEL}
-        student = work / "smoke-student.yaml"
-        student.write_text(yaml.safe_dump(cfg))
+        student = smoke_student(student, work)
     run = {"sft_config": sft.name, "student_config": str(args.student), "smoke": args.smoke, "machine": _machine(),
            "batch_size": args.batch_size, "steps": {}}
 
