@@ -20,10 +20,12 @@ def _convs(judge):
 
 
 @pytest.mark.slow
-def test_shared_prefix_prefill_matches_the_full_prefill():
-    """Same generations and score read-out with the shared prefix prefilled once per batch as with
-    every row prefilled whole (random weights at std 0.2: the default 0.02 attends near-uniformly
-    and would hide a position or mask error)."""
+@pytest.mark.parametrize("batch_size", [3, 8])
+def test_shared_prefix_prefill_matches_the_full_prefill(batch_size):
+    """Same generations and score read-out with each group's shared prefix prefilled once per batch as
+    with every row prefilled whole (random weights at std 0.2: the default 0.02 attends near-uniformly
+    and would hide a position or mask error). Batch 3 splits each query's 4 candidates; batch 8 packs
+    two queries, whose prefixes differ in length, into one batch."""
     import numpy as np
     import torch
 
@@ -31,14 +33,18 @@ def test_shared_prefix_prefill_matches_the_full_prefill():
 
     cfg = load_teacher_config(TINY_TEACHER)
     judge = get_judge("r3a")
-    backend = TransformersBackend(cfg.model, cfg.generation.model_copy(update={"batch_size": 3}))
+    backend = TransformersBackend(cfg.model, cfg.generation.model_copy(update={"batch_size": batch_size}))
     torch.manual_seed(0)
     for w in backend.model.parameters():
         w.data.normal_(0, 0.2)
     convs = _convs(judge)
-    rows = [r for _, rs in backend._batches(backend._prompts(convs), backend._groups(convs)) for r in rs]
-    shared = backend._prefill(rows[:3])
-    assert shared[2] is not None and shared[1].shape[1] == max(len(r) for r in rows[:3])
+    batches = backend._batches(backend._prompts(convs), backend._groups(convs))
+    assert sorted(i for idx, _, _ in batches for i in idx) == list(range(len(convs)))
+    assert all(len(idx) <= batch_size and sum(sizes) == len(idx) for idx, _, sizes in batches)
+    _, rows, sizes = batches[0]
+    assert (sizes == [3]) if batch_size == 3 else (len(sizes) == 2)
+    ids, mask, cache = backend._prefill(rows, sizes)
+    assert cache is not None and cache.get_seq_length() < ids.shape[1] and mask.sum(-1).tolist() == list(map(len, rows))
 
     runs = {}
     for min_shared in (16, 10**9):

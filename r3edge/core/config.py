@@ -160,6 +160,7 @@ class StudentConfig(Strict):
 class GenerationParams(Strict):
     intent_max_new_tokens: int = 64
     assess_max_new_tokens: int = 96
+    #: rows per generation batch (in-process backend; several queries' candidates are packed into one)
     batch_size: int = 8
     temperature: float = 0.0
     max_doc_chars: int = 1500
