@@ -28,9 +28,9 @@ prefix (system prompt, round 1, the round-2 instructions up to the post: ~390 of
 about half the tokens.
 
 Full fine-tuning or LoRA (peft, merged before saving); bf16 autocast where configured with fp32
-master weights (on CPU the attention stays fp32: :func:`attention_in_fp32`); the output is a plain
-HF directory (safetensors, tokenizer with its chat template, generation config that stops at the end
-of a turn, ``sft_report.json``) written atomically, which both labelling backends load (``r3edge label --teacher CFG --teacher-model DIR``).
+master weights; the output is a plain HF directory (safetensors, tokenizer with its chat template,
+generation config that stops at the end of a turn, ``sft_report.json``) written atomically, which
+both labelling backends load (``r3edge label --teacher CFG --teacher-model DIR``).
 """
 
 from __future__ import annotations
@@ -262,36 +262,6 @@ def use_bf16(setting) -> bool:
     return native_bf16()
 
 
-FP32_ATTENTION = "sdpa_fp32"
-
-
-def _sdpa_fp32(module, query, key, value, attention_mask, **kwargs):
-    """transformers' SDPA attention with query, key and value in fp32, outside bf16 autocast."""
-    from transformers.integrations.sdpa_attention import sdpa_attention_forward
-
-    with torch.autocast(query.device.type, enabled=False):
-        out, weights = sdpa_attention_forward(module, query.float(), key.float(), value.float(), attention_mask, **kwargs)
-    return out.to(query.dtype), weights
-
-
-def attention_in_fp32(lm) -> None:
-    """Run ``lm``'s attention in fp32 while the rest trains under bf16 autocast (the saved config names
-    no attention implementation, so the saved model loads with the default).
-
-    On CPU, PyTorch's bf16 flash-attention backward with a padding mask is slower than fp32's: fwd+bwd of
-    one layer's masked suffix attention (4 rows x 130 tokens over 520 keys) took 40 ms in bf16 and 15 ms
-    in fp32 on 2 Xeon cores. On a whole demo cold-start step (30 layers) the forward and backward took
-    3.24 s instead of 3.48 s (medians of 6 alternating repeats, 2026-11-27). Registered under its own
-    name with transformers' attention and mask interfaces (the mask is SDPA's).
-    """
-    from transformers import AttentionInterface
-    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
-
-    AttentionInterface.register(FP32_ATTENTION, _sdpa_fp32)
-    AttentionMaskInterface.register(FP32_ATTENTION, sdpa_mask)
-    lm.set_attn_implementation(FP32_ATTENTION)
-
-
 def build_traces(cfg: SFTConfig, teacher: TeacherConfig, judge, *, gold: str | Path | None,
                  traces: str | Path | Sequence[str | Path] | None, log: Callable[..., None]) -> tuple[list[Trace], dict]:
     """The traces of the requested source, with their provenance and drop counts (see the module docstring
@@ -352,12 +322,9 @@ def teacher_sft(config: str | Path | SFTConfig, out_dir: str | Path, *, gold: st
         f"{'LoRA r=' + str(cfg.lora.r) if cfg.lora else 'full fine-tuning'}"
         f"{f' of the top {tp.trainable_layers} layers' if tp.trainable_layers else ''}")
 
-    bf16 = use_bf16(tp.bf16)
-    if bf16 and not torch.cuda.is_available():
-        attention_in_fp32(lm)
-    attention = lm.config._attn_implementation
     model = _trainable_model(lm, cfg)
     n_trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    bf16 = use_bf16(tp.bf16)
     fit = _fit(model, tokenizer, chunks, tp, bf16=bf16, epochs=epochs, max_steps=max_steps)
     if cfg.lora is not None:
         lm = model.merge_and_unload()
@@ -385,7 +352,6 @@ def teacher_sft(config: str | Path | SFTConfig, out_dir: str | Path, *, gold: st
         "trainable_layers": tp.trainable_layers,
         "trainable_parameters": n_trainable,
         "bf16": bf16,
-        "attention": attention,
         "device": "cuda" if torch.cuda.is_available() else f"cpu ({torch.get_num_threads()} threads)",
         "epochs": fit.epochs,
         "steps": fit.steps,

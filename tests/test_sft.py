@@ -251,24 +251,13 @@ def test_loss_mask_covers_exactly_the_reply_tokens(ref, tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("attention", ["sdpa", "fp32"])
-def test_sft_loss_is_the_causal_lm_loss_on_the_masked_labels(tmp_path, attention):
+def test_sft_loss_is_the_causal_lm_loss_on_the_masked_labels(tmp_path):
     """A step shares its rows' prefix (run once, its cache repeated): loss and gradients are those of
-    the plain causal-LM loss over the same rows, each with its whole context, computed with
-    transformers' own SDPA attention; also with the cold start's fp32 attention (its padding mask
-    included)."""
+    the plain causal-LM loss over the same rows, each with its whole context."""
     import torch
     from transformers import TrainingArguments
 
-    from r3edge.distill.sft import (
-        FP32_ATTENTION,
-        SFTCollator,
-        SFTTrainer,
-        attention_in_fp32,
-        reply_examples,
-        shared_prefix_chunks,
-        stop_token_ids,
-    )
+    from r3edge.distill.sft import SFTCollator, SFTTrainer, reply_examples, shared_prefix_chunks, stop_token_ids
     from r3edge.model.loading import load_model, load_tokenizer
 
     cfg = load_teacher_config(TINY_TEACHER)
@@ -286,14 +275,10 @@ def test_sft_loss_is_the_causal_lm_loss_on_the_masked_labels(tmp_path, attention
     assert all(chunk["prefix"] + s == ids for s, (ids, _) in zip(chunk["input_ids"], examples))
     batch = SFTCollator(tok.pad_token_id)([chunk])
     trainer = SFTTrainer(model=lm, args=TrainingArguments(output_dir=str(tmp_path), use_cpu=True, report_to=[]))
-    if attention == "fp32":
-        attention_in_fp32(lm)
-        assert lm.config._attn_implementation == FP32_ATTENTION
     ours = trainer.compute_loss(lm, batch)
     ours.backward()
     grads = [w.grad.clone() for w in lm.parameters()]
     lm.zero_grad()
-    lm.set_attn_implementation("sdpa")
     width = max(len(ids) for ids, _ in examples)
     flat = {"input_ids": torch.tensor([ids + [tok.pad_token_id] * (width - len(ids)) for ids, _ in examples]),
             "attention_mask": torch.tensor([[1] * len(ids) + [0] * (width - len(ids)) for ids, _ in examples]),
@@ -519,20 +504,3 @@ def test_max_seconds_ends_the_cold_start_after_the_step_that_passes_it_and_saves
     out = teacher_sft(sft, tmp_path / "sft", gold=pairs, log=lambda *a: None)
     report = json.loads((out / "sft_report.json").read_text())
     assert report["steps"] == 1 and report["stopped_by_time_at_step"] == 1 and report["skipped_steps"] == []
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("bf16", [True, False])
-def test_bf16_cold_start_on_cpu_runs_attention_in_fp32_and_saves_plain_sdpa(tmp_path, bf16):
-    from r3edge.distill.sft import FP32_ATTENTION, teacher_sft
-    from r3edge.model.loading import load_model
-
-    pairs = _pairs(tmp_path, TOY)
-    sft = tmp_path / "sft.yaml"
-    sft.write_text(f"name: toy\nteacher: {TINY_TEACHER}\ntrain:\n  batch_size: 2\n  bf16: {str(bf16).lower()}\n")
-    out = teacher_sft(sft, tmp_path / "sft", gold=pairs, max_steps=2, log=lambda *a: None)
-    report = json.loads((out / "sft_report.json").read_text())
-    assert report["bf16"] is bf16 and report["attention"] == (FP32_ATTENTION if bf16 else "sdpa")
-    assert FP32_ATTENTION not in (out / "config.json").read_text()
-    spec = load_teacher_config(TINY_TEACHER).model.model_copy(update={"pretrained": str(out)})
-    assert load_model(spec).config._attn_implementation == "sdpa"
