@@ -124,11 +124,11 @@ class TransformersBackend:
         """The conversation before its last message: what a query's candidates share in a two-round judge."""
         return [repr(messages[:-1]) for messages, _ in convs]
 
-    def _prefill(self, rows: list[list[int]], sizes: Sequence[int] | None = None):
+    def _prefill(self, rows: list[list[int]], sizes: Sequence[int]):
         """``(ids, mask, cache)``: each group's longest common prefix runs once and its key/value cache
         is repeated for every row of the group (``cache`` is None where a group shares fewer than
-        ``MIN_SHARED`` tokens). ``sizes``: the lengths of the consecutive groups in ``rows`` (None:
-        one group).
+        ``MIN_SHARED`` tokens). ``sizes``: the lengths of the consecutive groups in ``rows``
+        (:meth:`_batches` gives them).
 
         Every candidate of an R³A query repeats the system prompt, round 1 and the round-2 instructions
         up to the post (~390 of ~510 tokens in the demo); prefilling them once per group instead of once
@@ -138,7 +138,6 @@ class TransformersBackend:
         row's next token and the cache covers the first ``cache.get_seq_length()`` columns.
         """
         torch = self.torch
-        sizes = list(sizes) if sizes is not None else [len(rows)]
         segments, start = [], 0
         for n in sizes:
             segments.append(rows[start:start + n])
