@@ -33,9 +33,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--sft-config", default="r3a-smollm2-cqa",
                         help="teacher cold-start (SFT) config; its teacher config (judge, prompts, budgets) also labels")
     parser.add_argument("--sft-examples", type=int, default=None, help="cap on cold-start traces (default: the config's)")
-    parser.add_argument("--students", default="minilm-cqa-bi-rank,minilm-cqa,smollm2-cqa",
+    parser.add_argument("--students", default="minilm-cqa-bi-rank-wise,minilm-cqa,smollm2-cqa",
                         help="student configs to distil, comma-separated; the first is the recommended one (the cosine "
-                             "student: it keeps its base's ranking, benchmarks/results/base-preservation-cpu-2core)")
+                             "student mixed back with its base: it ranks above its base in domain and keeps it out of "
+                             "the domain, benchmarks/results/base-preservation-qwen-cold-start-wise-xeon-2core)")
     parser.add_argument("--sft-queries", type=int, default=60,
                         help="questions in the cold-start pool, half from subtask A train and half from C train; every "
                              "question adds one intent reply to train on, so this bounds the cold start's cost")
