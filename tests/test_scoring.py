@@ -130,6 +130,21 @@ def test_score_pairs_returns_input_order(scorer):
     assert len(seen) >= 3
 
 
+def test_score_pairs_refuses_a_long_query_unless_told_to_cut_it_as_the_server_does(scorer):
+    def run_batch(ids, mask):
+        lengths = mask.sum(1)
+        return np.stack([lengths, -lengths, np.zeros_like(lengths)], 1).astype(np.float32)
+
+    long_query = "why " * (scorer.spec.max_query_tokens + 20)
+    with pytest.raises(R3EdgeError, match="max_query_tokens"):
+        score_pairs(scorer, run_batch, [long_query], ["a post"])
+    out = score_pairs(scorer, run_batch, [long_query, "q"], ["a post", "a post"], query_overflow="truncate")
+    cut = scorer.encode_batch([long_query], ["a post"], query_overflow="truncate")[0]
+    assert out[0, 0] == len(cut.input_ids)
+    q_tokens = len(scorer.tokenizer.encode("q", add_special_tokens=False).ids)
+    assert out[0, 0] - out[1, 0] == scorer.spec.max_query_tokens - q_tokens  # cut to the budget, no further
+
+
 def test_relevance_is_expected_label_value(scorer):
     probs, score = scorer.relevance(np.array([[0.0, 0.0, 0.0], [10.0, -10.0, -10.0]]))
     np.testing.assert_allclose(probs.sum(1), 1.0)

@@ -73,6 +73,9 @@ def main() -> None:
     ap.add_argument("--interpolations", default="",
                     help="comma-separated a in (0, 1): also rank each trained student with train.base_interpolation a "
                          "(WiSE-FT), computed from its trained weights as `r3edge train` computes it")
+    ap.add_argument("--query-overflow", choices=("reject", "truncate"), default="reject",
+                    help="a query over the student's max_query_tokens: refused, or cut as the server cuts it by "
+                         "default (for a student whose budget is shorter than these sets' questions, e.g. the demo's)")
     args = ap.parse_args()
 
     work, out = Path(args.work), Path(args.out)
@@ -93,7 +96,7 @@ def main() -> None:
         return scored_floor(queries, scoring, values)["ndcg@10"]
 
     rows = [{"system": "first-stage order", **{k: baselines(v, values)["input_order"]["ndcg@10"] for k, v in sets.items()}}]
-    base = base_cosine_scoring(load_yaml(names[0], StudentConfig))
+    base = base_cosine_scoring(load_yaml(names[0], StudentConfig), query_overflow=args.query_overflow)
     rows.append({"system": f"base: {base.name}", **{k: ndcg(base, v) for k, v in sets.items()}})
     for name in names:
         student = work / "students" / name
@@ -102,7 +105,7 @@ def main() -> None:
             train_student(labels, name, student)
         report = json.loads((student / "train_report.json").read_text())
         lm, scorer = load_student(student)
-        scoring = lm_score_fn(lm.eval(), scorer, name=name)
+        scoring = lm_score_fn(lm.eval(), scorer, name=name, query_overflow=args.query_overflow)
         rows.append({"system": f"{name} ({load_yaml(name, StudentConfig).model.kind}), trained",
                      **{k: ndcg(scoring, v) for k, v in sets.items()},
                      "train_pairs": report["n_examples"]["trained_on"], "train_s": report["wall_time_s"],
@@ -115,18 +118,17 @@ def main() -> None:
             for a in alphas:
                 lm.load_state_dict(trained)
                 interpolate_weights(lm, start, a)
-                scoring = lm_score_fn(lm.eval(), scorer, name=f"{name}@{a}")
+                scoring = lm_score_fn(lm.eval(), scorer, name=f"{name}@{a}", query_overflow=args.query_overflow)
                 rows.append({"system": f"{name} ({config.model.kind}), trained, base_interpolation {a}",
                              **{k: ndcg(scoring, v) for k, v in sets.items()}, "base_interpolation": a})
                 print(json.dumps(rows[-1]), flush=True)
-    if args.labels:  # the given labels' own questions, not the sample the gold proxy would have used
-        from r3edge.core.labels import read_labels
+    from r3edge.core.labels import read_labels
 
-        train_n = len(set(read_labels(labels, columns=["qid"]).column("qid").to_pylist()))
-    else:
-        train_n = len(train_q)
+    # the labels' own questions and pairs (a given labels directory need not be SemEval's)
+    qids = read_labels(labels, columns=["qid"]).column("qid").to_pylist()
     results = {"machine": machine_info(), "labels": str(labels), "gold_proxy": args.labels is None,
-               "smoothing": args.smoothing, "train_queries": train_n,
+               "smoothing": args.smoothing, "train_queries": len(set(qids)), "train_pairs": len(qids),
+               "query_overflow": args.query_overflow,
                "sets": {k: {"queries": len(v), "pairs": sum(len(q.candidates) for q in v)} for k, v in sets.items()},
                "rows": rows}
     (out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
@@ -140,10 +142,12 @@ def markdown(results: dict, args) -> str:
     head = ["system"] + sets
     lines = ["# Does distillation keep what the base knew? (nDCG@10)", "",
              f"Machine: {m['cpu']} ({' '.join(m.get('cpu_flags') or [])}), {m['cores_usable']} cores, {m['ram_gib']} GiB, "
-             f"no GPU; {m['timestamp']}. Scores: the torch scoring graph, fp32.", "",
+             f"no GPU; {m['timestamp']}. Scores: the torch scoring graph, fp32"
+             + ("; queries over the student's max_query_tokens cut, as the server cuts them by default."
+                if results["query_overflow"] == "truncate" else "."), "",
              "Teacher: " + (f"gold proxy (each pair's gold label, smoothing {results['smoothing']})"
                             if results["gold_proxy"] else results["labels"])
-             + f" on {results['train_queries']} SemEval C train questions x 100 comments.", "",
+             + f": {results['train_pairs']} labelled pairs of {results['train_queries']} questions.", "",
              "Sets: " + "; ".join(f"{k} {v['queries']} queries / {v['pairs']} pairs" for k, v in results["sets"].items()),
              "", "| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
     for r in results["rows"]:
@@ -158,10 +162,13 @@ def markdown(results: dict, args) -> str:
                    f"the trained weights mixed with the pretrained ones at {r['base_interpolation']}")
             lines.append(f"- {r['system']}: {how}; within 0.01 of its base or above on {len(kept)} of {len(sets)} sets "
                          f"({', '.join(kept) or 'none'}).")
-    cmd = ("python benchmarks/scripts/base_preservation.py --out " + str(args.out) + f" --students {args.students} "
+    cmd = ("python benchmarks/scripts/base_preservation.py --out " + str(args.out) + f" --work {args.work}"
+           + f" --students {args.students} "
            f"--train-queries {args.train_queries} --c-dev-queries {args.c_dev_queries} --a-dev-queries {args.a_dev_queries}"
            + (f" --labels {args.labels}" if args.labels else "")
-           + (f" --interpolations {args.interpolations}" if args.interpolations else ""))
+           + (f" --interpolations {args.interpolations}" if args.interpolations else "")
+           + (f" --seed {args.seed}" if args.seed else "")
+           + (f" --query-overflow {args.query_overflow}" if args.query_overflow != "reject" else ""))
     lines += ["", f"Reproduce: `{cmd}`", ""]
     return "\n".join(lines)
 

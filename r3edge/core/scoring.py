@@ -585,6 +585,7 @@ def score_pairs(
     max_batch_size: int = DEFAULT_MAX_BATCH_SIZE,
     stats: dict | None = None,
     prefix: PrefixRunner | None = None,
+    query_overflow: Overflow = "reject",
 ) -> np.ndarray:
     """Label logits ``[n, n_labels]`` for pairs, in input order, via length-sorted micro-batches.
 
@@ -596,10 +597,11 @@ def score_pairs(
 
     With ``prefix`` (a :class:`PrefixRunner`), ``run_batch`` is not used: each distinct prefix
     (template head + query) runs once and its documents' suffixes are micro-batched by suffix
-    length after its cache (:meth:`Scorer.split`).
+    length after its cache (:meth:`Scorer.split`). A query over ``max_query_tokens`` is refused unless
+    ``query_overflow="truncate"`` (the server's default), as in :meth:`Scorer.encode_batch`.
     """
     t_tok = time.perf_counter()
-    encoded = scorer.encode_batch(queries, documents)
+    encoded = scorer.encode_batch(queries, documents, query_overflow=query_overflow)
     tokenize_ms = (time.perf_counter() - t_tok) * 1e3
     if stats is not None:
         stats["tokenize_ms"] = tokenize_ms
