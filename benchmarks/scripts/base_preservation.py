@@ -7,7 +7,8 @@ SemEval-2016 CQA subtask C train questions, then ranks four graded sets next to 
 * C dev (questions vs comments: the training task, other questions);
 * B dev (questions vs related questions) and A dev (related questions vs their comments): the same
   forum, other tasks;
-* the demo's held-back UGC requests (`r3edge demo`'s generator, seed 0): another domain entirely.
+* the demo's held-back UGC requests (`r3edge demo`'s generator, ``--ugc-seed``, 0 by default): another
+  domain entirely for a SemEval student, the home domain of a demo student.
 
 The labels are a *gold proxy*: each pair's gold label with ``--smoothing`` spread over the others,
 written as a labels directory. A perfect teacher isolates what fine-tuning itself does to the base;
@@ -76,6 +77,8 @@ def main() -> None:
     ap.add_argument("--query-overflow", choices=("reject", "truncate"), default="reject",
                     help="a query over the student's max_query_tokens: refused, or cut as the server cuts it by "
                          "default (for a student whose budget is shorter than these sets' questions, e.g. the demo's)")
+    ap.add_argument("--ugc-seed", type=int, default=0,
+                    help="the UGC set is the held-back requests of `r3edge demo --seed` this (in domain for that demo's student)")
     args = ap.parse_args()
 
     work, out = Path(args.work), Path(args.out)
@@ -84,7 +87,8 @@ def main() -> None:
         "C dev": sample_queries(semeval_queries(args.data, "C", "dev"), args.c_dev_queries, args.seed),
         "B dev": semeval_queries(args.data, "B", "dev"),
         "A dev": sample_queries(semeval_queries(args.data, "A", "dev"), args.a_dev_queries, args.seed),
-        "demo held-back (UGC)": generate(10, 100, seed=0, start=20),
+        "demo held-back (UGC" + (f", seed {args.ugc_seed})" if args.ugc_seed else ")"):
+            generate(10, 100, seed=args.ugc_seed, start=20),
     }
     train_q = sample_queries(semeval_queries(args.data, "C", "train"), args.train_queries, args.seed)
     labels = Path(args.labels) if args.labels else proxy_labels(work / "labels", train_q, args.smoothing)
@@ -168,6 +172,7 @@ def markdown(results: dict, args) -> str:
            + (f" --labels {args.labels}" if args.labels else "")
            + (f" --interpolations {args.interpolations}" if args.interpolations else "")
            + (f" --seed {args.seed}" if args.seed else "")
+           + (f" --ugc-seed {args.ugc_seed}" if args.ugc_seed else "")
            + (f" --query-overflow {args.query_overflow}" if args.query_overflow != "reject" else ""))
     lines += ["", f"Reproduce: `{cmd}`", ""]
     return "\n".join(lines)
