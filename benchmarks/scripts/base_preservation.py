@@ -78,7 +78,8 @@ def main() -> None:
                     help="a query over the student's max_query_tokens: refused, or cut as the server cuts it by "
                          "default (for a student whose budget is shorter than these sets' questions, e.g. the demo's)")
     ap.add_argument("--ugc-seed", type=int, default=0,
-                    help="the UGC set is the held-back requests of `r3edge demo --seed` this (in domain for that demo's student)")
+                    help="the demo seed whose held-back requests form the UGC set (`r3edge demo --seed`; that demo "
+                         "student's home domain)")
     args = ap.parse_args()
 
     work, out = Path(args.work), Path(args.out)
