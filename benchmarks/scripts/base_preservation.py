@@ -30,7 +30,7 @@ from pathlib import Path
 
 from r3edge.benchmarks.machine import machine_info
 from r3edge.benchmarks.systems import baselines, scored_floor
-from r3edge.core.labels import write_manifest, write_shard
+from r3edge.core.labels import read_labels, write_manifest, write_shard
 from r3edge.core.pairs import QueryCandidates
 from r3edge.distill.datasets import sample_queries, semeval_queries
 from r3edge.distill.ugc import generate
@@ -91,8 +91,9 @@ def main() -> None:
         "demo held-back (UGC" + (f", seed {args.ugc_seed})" if args.ugc_seed else ")"):
             generate(10, 100, seed=args.ugc_seed, start=20),
     }
-    train_q = sample_queries(semeval_queries(args.data, "C", "train"), args.train_queries, args.seed)
-    labels = Path(args.labels) if args.labels else proxy_labels(work / "labels", train_q, args.smoothing)
+    labels = Path(args.labels) if args.labels else proxy_labels(
+        work / "labels", sample_queries(semeval_queries(args.data, "C", "train"), args.train_queries, args.seed),
+        args.smoothing)
     names = [n for n in args.students.split(",") if n]
     alphas = [float(a) for a in args.interpolations.split(",") if a]
     values = (0.0, 1.0, 2.0)  # SemEval's grades and the demo's are the gains, as in every r3edge report
@@ -127,8 +128,6 @@ def main() -> None:
                 rows.append({"system": f"{name} ({config.model.kind}), trained, base_interpolation {a}",
                              **{k: ndcg(scoring, v) for k, v in sets.items()}, "base_interpolation": a})
                 print(json.dumps(rows[-1]), flush=True)
-    from r3edge.core.labels import read_labels
-
     # the labels' own questions and pairs (a given labels directory need not be SemEval's)
     qids = read_labels(labels, columns=["qid"]).column("qid").to_pylist()
     results = {"machine": machine_info(), "labels": str(labels), "gold_proxy": args.labels is None,
