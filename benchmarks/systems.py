@@ -1,6 +1,6 @@
 """Benchmark systems side by side, on the same requests: each student variant (served by a real
 `r3edge serve` process on a free port) or an external server, teacher judges served as rerankers
-(measured by :mod:`r3edge.distill.judge_rerank`; rows built here by :func:`judge_row`), and floors
+(measured by :mod:`r3edge.distill.label.rerank`; rows built here by :func:`judge_row`), and floors
 (the first-stage order, BM25, the student's base encoder by cosine, the majority class).
 
 Every served student number comes through the real gRPC path (a separate server process, serialisation,
@@ -239,7 +239,7 @@ def in_process_row(runtime: Runtime, queries: Sequence[QueryCandidates], teacher
 
 def judge_row(measured: dict, queries: Sequence[QueryCandidates], label_values: Sequence[float],
               teacher: dict | None, axis: str) -> dict:
-    """A judge served as a reranker (:func:`r3edge.distill.judge_rerank.measure_judge`'s output) as a row:
+    """A judge served as a reranker (:func:`r3edge.distill.label.rerank.measure_judge`'s output) as a row:
     latency percentiles at concurrency 1, pairs/s at each concurrency, generated tokens per pair, format
     failures, and the accuracy of its verdicts (pairs with no verdict are left out and counted)."""
     phases = {int(c): p for c, p in measured["phases"].items()}

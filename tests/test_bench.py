@@ -122,9 +122,9 @@ def test_judge_reranker_is_the_labelling_judge(sample_pairs_file, tmp_path, monk
     and mapping), R³A's intent round runs once per request, and every generated token is counted."""
     from r3edge.core.labels import read_labels
     from r3edge.core.pairs import read_queries
-    from r3edge.distill.backends.transformers_backend import TransformersBackend
-    from r3edge.distill.judge_rerank import JudgeSpec, judge_config, measure_judge
-    from r3edge.distill.teacher import label_pairs
+    from r3edge.distill.label.backends.transformers_backend import TransformersBackend
+    from r3edge.distill.label.driver import label_pairs
+    from r3edge.distill.label.rerank import JudgeSpec, judge_config, measure_judge
 
     queries = read_queries(sample_pairs_file)
     umbrela = CONFIGS / "teacher" / "umbrela-tiny.yaml"
@@ -168,9 +168,9 @@ def test_a_stopped_judge_benchmark_resumes_from_its_journal(sample_pairs_file, t
     machine, start afresh."""
     from r3edge.core.hardware import compute_identity
     from r3edge.core.pairs import read_queries
-    from r3edge.distill import judge_rerank
-    from r3edge.distill.judge_journal import JudgeJournal
-    from r3edge.distill.judge_rerank import JudgeSpec, judge_config, measure_judge
+    from r3edge.distill.label import rerank as judge_rerank
+    from r3edge.distill.label.journal import JudgeJournal
+    from r3edge.distill.label.rerank import JudgeSpec, judge_config, measure_judge
 
     queries = read_queries(sample_pairs_file)
     cfg = judge_config(JudgeSpec(str(TINY_TEACHER)))
@@ -206,7 +206,7 @@ def test_a_stopped_judge_benchmark_resumes_from_its_journal(sample_pairs_file, t
 
 def test_judge_entries_parse_and_bad_ones_name_the_fix():
     from r3edge.core.errors import InvalidInput
-    from r3edge.distill.judge_rerank import JudgeSpec, judge_config
+    from r3edge.distill.label.rerank import JudgeSpec, judge_config
 
     assert JudgeSpec.parse("retro-smollm2@4=runs/t") == JudgeSpec("retro-smollm2", 4, "runs/t")
     assert JudgeSpec.parse(" r3a-tiny ") == JudgeSpec("r3a-tiny", None, None)
@@ -226,8 +226,8 @@ def test_judge_entries_parse_and_bad_ones_name_the_fix():
 
 
 def test_engine_model_serves_local_dirs_as_they_are_and_caches_the_rest(tmp_path, monkeypatch):
-    from r3edge.distill.judge_rerank import JudgeSpec, engine_model, judge_config
-    from r3edge.distill.teacher import teacher_model_ref
+    from r3edge.distill.label.driver import teacher_model_ref
+    from r3edge.distill.label.rerank import JudgeSpec, engine_model, judge_config
 
     monkeypatch.setenv("R3EDGE_CACHE", str(tmp_path / "cache"))
     cfg = judge_config(JudgeSpec(str(TINY_TEACHER)))
@@ -401,8 +401,8 @@ def test_judges_share_one_real_vllm_server_with_every_pair_in_flight(sample_pair
     import threading
 
     from r3edge.core.pairs import read_queries
-    from r3edge.distill.backends.openai_backend import OpenAIBackend
-    from r3edge.distill.judge_rerank import JudgeSpec, measure_judges
+    from r3edge.distill.label.backends.openai_backend import OpenAIBackend
+    from r3edge.distill.label.rerank import JudgeSpec, measure_judges
 
     state = {"now": 0, "peak": 0}
     lock = threading.Lock()
@@ -442,8 +442,8 @@ def test_rows_name_the_gpu_that_ran_them(tiny_student, sample_pairs_file, monkey
     read as a CPU thread count (the GPU run of issue 22 put both beside a CPU-served student)."""
     from r3edge.benchmarks.systems import in_process_row
     from r3edge.core.pairs import read_queries
-    from r3edge.distill import judge_rerank
-    from r3edge.distill.backends import transformers_backend
+    from r3edge.distill.label import rerank as judge_rerank
+    from r3edge.distill.label.backends import transformers_backend
     from r3edge.model.runtimes import load_runtime
 
     queries = read_queries(sample_pairs_file)

@@ -70,7 +70,7 @@ def test_calibrate_cli_writes_the_temperature_the_runtime_then_applies(tiny_arti
 
     from r3edge.cli import main
     from r3edge.core.scoring import Scorer
-    from r3edge.distill.evaluate import artifact_score_fn, evaluate
+    from r3edge.distill.student.evaluate import artifact_score_fn, evaluate
 
     art = tmp_path / "art"
     shutil.copytree(tiny_artifact, art)
@@ -144,7 +144,7 @@ def test_calibrate_bias_writes_temperature_and_bias_that_the_artifact_then_appli
     from r3edge.core.calibration import fit_temperature_and_bias, reliability
     from r3edge.core.labels import read_labels, read_manifest, write_manifest, write_shard
     from r3edge.core.scoring import softmax
-    from r3edge.distill.evaluate import artifact_score_fn, evaluate
+    from r3edge.distill.student.evaluate import artifact_score_fn, evaluate
 
     art = tmp_path / "art"
     shutil.copytree(tiny_artifact, art)

@@ -86,7 +86,7 @@ def test_biencoder_config_is_validated(tmp_path):
 def test_listwise_kl_and_margin_mse_by_hand():
     import torch
 
-    from r3edge.distill.losses import listwise_kl, margin_mse
+    from r3edge.distill.student.losses import listwise_kl, margin_mse
 
     s = torch.tensor([0.2, 1.0, 0.5, 2.0, 0.0])
     t = torch.tensor([0.0, 2.0, 1.0, 1.0, 1.5])
@@ -112,7 +112,7 @@ def test_listwise_kl_and_margin_mse_by_hand():
 
 
 def test_query_group_sampler_keeps_queries_together():
-    from r3edge.distill.train import QueryGroupSampler
+    from r3edge.distill.student.train import QueryGroupSampler
 
     groups = [0] * 8 + [1] * 12 + [2] * 4
     sampler = QueryGroupSampler(groups, group_size=4, seed=3)
@@ -133,8 +133,8 @@ def test_distillation_loss_adds_the_ranking_terms_within_each_query():
     import torch.nn.functional as F
 
     from r3edge.core.config import StudentConfig, load_yaml
-    from r3edge.distill.losses import expected_scores, listwise_kl, margin_mse
-    from r3edge.distill.train import DistillCollator, build_dataset, distillation_loss
+    from r3edge.distill.student.losses import expected_scores, listwise_kl, margin_mse
+    from r3edge.distill.student.train import DistillCollator, build_dataset, distillation_loss
     from r3edge.model.student import create_student, scoring_module
 
     lm, scorer = create_student(load_yaml(CONFIGS / "student" / "minilm-cqa-bi.yaml", StudentConfig))
@@ -178,7 +178,7 @@ def test_base_interpolation_saves_the_mix_of_start_and_trained_weights(tmp_path)
     from safetensors.torch import load_file
 
     from r3edge.core.config import StudentConfig, load_yaml
-    from r3edge.distill.train import train_student
+    from r3edge.distill.student.train import train_student
     from r3edge.model.student import create_student
 
     labels = write_labels(tmp_path / "labels")

@@ -197,7 +197,7 @@ def test_pretrained_encoder_with_a_new_head_trains_the_same_twice(tmp_path):
 def test_causal_student_loss_reaches_only_the_label_rows():
     """KL on the label logits: with an untied LM head, only the label-token rows get a gradient."""
     from r3edge.core.config import StudentConfig, load_yaml
-    from r3edge.distill.train import DistillCollator, build_dataset, distillation_loss
+    from r3edge.distill.student.train import DistillCollator, build_dataset, distillation_loss
     from r3edge.model.student import create_student, scoring_module
 
     base = load_yaml(TINY_STUDENT, StudentConfig)

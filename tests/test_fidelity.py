@@ -101,7 +101,7 @@ def test_results_have_the_issue_shape_and_the_report_files(tmp_path):
 @pytest.mark.realdata
 @pytest.mark.skipif(not (CQA / "subtaskC_dev.jsonl").is_file(), reason="../shared/data/semeval2016-cqa is absent")
 def test_semeval_c_questions_carry_their_related_questions_as_aux():
-    from r3edge.distill.datasets import sample_queries, semeval_queries
+    from r3edge.distill.data.datasets import sample_queries, semeval_queries
 
     dev = semeval_queries(CQA, "C", "dev", aux_k=2)
     assert len(dev) == 50 and all(len(q.candidates) == 100 for q in dev)

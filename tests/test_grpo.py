@@ -12,8 +12,9 @@ from conftest import TINY_TEACHER
 from r3edge.core.config import TeacherGRPOConfig, load_yaml
 from r3edge.core.errors import InvalidInput, R3EdgeError
 from r3edge.core.pairs import read_queries
-from r3edge.distill.judges import PairContext, get_judge
-from r3edge.distill.rewards import (
+from r3edge.distill.label.driver import load_teacher_config
+from r3edge.distill.label.judges import PairContext, get_judge
+from r3edge.distill.teacher.rewards import (
     Prompt,
     R3AReward,
     RetroReward,
@@ -23,7 +24,6 @@ from r3edge.distill.rewards import (
     retro_intra,
     retro_reward,
 )
-from r3edge.distill.teacher import load_teacher_config
 
 R3A = get_judge("r3a")
 RETRO = get_judge("retro")
@@ -209,8 +209,8 @@ def _config(**fields) -> TeacherGRPOConfig:
 
 
 def test_r3a_prompts_are_the_labellers_pairs_capped_per_label_in_a_seeded_order(tmp_path):
-    from r3edge.distill.grpo import build_prompts
-    from r3edge.distill.teacher import intent_prompt, pair_context
+    from r3edge.distill.label.driver import intent_prompt, pair_context
+    from r3edge.distill.teacher.grpo import build_prompts
 
     teacher = load_teacher_config(TINY_TEACHER)
     queries = read_queries(_pairs(tmp_path))
@@ -229,7 +229,7 @@ def test_r3a_prompts_are_the_labellers_pairs_capped_per_label_in_a_seeded_order(
 
 
 def test_retro_prompts_come_in_adjacent_couples_of_a_more_and_a_less_relevant_pair(tmp_path):
-    from r3edge.distill.grpo import build_prompts
+    from r3edge.distill.teacher.grpo import build_prompts
 
     teacher = load_teacher_config("retro-smollm2")
     ps = build_prompts(_config(reward={"kind": "retro"}), teacher, RETRO, read_queries(_pairs(tmp_path)))
@@ -241,7 +241,7 @@ def test_retro_prompts_come_in_adjacent_couples_of_a_more_and_a_less_relevant_pa
 
 
 def test_grpo_config_refusals_name_the_field_and_the_fix(tmp_path):
-    from r3edge.distill.grpo import teacher_grpo
+    from r3edge.distill.teacher.grpo import teacher_grpo
 
     bad = tmp_path / "bad.yaml"
     bad.write_text(f"name: t\nteacher: {TINY_TEACHER}\ntrain:\n  num_generations: 1\n")
@@ -281,7 +281,7 @@ class ScriptedGenerator:
 
 @pytest.mark.slow
 def test_two_round_rollout_continues_round_one_as_labelling_renders_it(tmp_path):
-    from r3edge.distill.grpo import Rollout, build_prompts
+    from r3edge.distill.teacher.grpo import Rollout, build_prompts
     from r3edge.model.loading import load_tokenizer
 
     teacher = load_teacher_config(TINY_TEACHER)
@@ -342,7 +342,7 @@ def _tiny_teacher(tmp_path, judge="r3a"):
 
 @pytest.mark.slow
 def test_trainable_layers_freeze_all_but_the_top_layers_and_checkpointing_is_the_configs(tmp_path):
-    from r3edge.distill.grpo import grpo_trainer
+    from r3edge.distill.teacher.grpo import grpo_trainer
 
     cfg = TeacherGRPOConfig.model_validate({
         "name": "t", "teacher": str(_tiny_teacher(tmp_path)),
@@ -361,7 +361,7 @@ def test_trainable_layers_freeze_all_but_the_top_layers_and_checkpointing_is_the
 def test_retro_batches_hold_whole_couples_in_trls_training_and_eval_order(tmp_path):
     """Retro*'s inter-document reward reads both pairs of a couple from one generation batch: TRL's
     own samplers (training: unshuffled; eval: ours, unshuffled) must deliver whole couples."""
-    from r3edge.distill.grpo import grpo_trainer
+    from r3edge.distill.teacher.grpo import grpo_trainer
 
     pairs = _pairs(tmp_path)
     cfg = TeacherGRPOConfig.model_validate({
@@ -388,8 +388,8 @@ def test_a_few_grpo_steps_on_a_tiny_teacher_label_through_r3edge_label(tmp_path)
     teacher saved as an HF directory; the result labels with `--teacher-model` unchanged."""
     from r3edge.cli import main
     from r3edge.core.labels import read_labels
-    from r3edge.distill.grpo import read_report
-    from r3edge.distill.teacher import label_pairs, teacher_model_ref
+    from r3edge.distill.label.driver import label_pairs, teacher_model_ref
+    from r3edge.distill.teacher.grpo import read_report
     from r3edge.model.loading import save_hf_checkpoint
 
     teacher = _tiny_teacher(tmp_path)

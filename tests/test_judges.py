@@ -9,7 +9,7 @@ import math
 import pytest
 
 from r3edge.core.errors import R3EdgeError
-from r3edge.distill.judges import (
+from r3edge.distill.label.judges import (
     JUDGES,
     PairContext,
     crux,
@@ -276,7 +276,7 @@ READ_OUT_REPLIES = {
 def test_verdict_tail_completes_each_read_out_layout(name):
     """The reply cut at its score marker plus verdict_tail is the judge's own well-formed reply again
     (what labelling parses after reading the score there), so a judge's ``score_close`` fits its layout."""
-    from r3edge.distill.teacher import verdict_tail
+    from r3edge.distill.label.driver import verdict_tail
 
     j = get_judge(name)
     reply, native, pair = READ_OUT_REPLIES[name]

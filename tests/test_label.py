@@ -14,7 +14,7 @@ from conftest import CONFIGS, ROOT, SAMPLE_QUERIES, TINY_TEACHER
 
 from r3edge.core.errors import R3EdgeError
 from r3edge.core.labels import read_labels, read_manifest, shard_paths
-from r3edge.distill.teacher import label_pairs, parse_shard, shard_of
+from r3edge.distill.label.driver import label_pairs, parse_shard, shard_of
 
 pytestmark = pytest.mark.slow  # real models: see `make test-fast` for the torch-free tier
 
@@ -146,7 +146,7 @@ def test_damaged_labels_dir_is_refused_and_shards_never_overwritten(labelled, tm
 
 def test_a_second_run_on_the_same_directory_is_refused_at_once(sample_pairs_file, tmp_path):
     from r3edge.core.errors import Conflict
-    from r3edge.distill.teacher import RunLock
+    from r3edge.distill.label.driver import RunLock
 
     out = tmp_path / "locked"
     with RunLock(out):
@@ -156,7 +156,7 @@ def test_a_second_run_on_the_same_directory_is_refused_at_once(sample_pairs_file
 
 
 def test_shards_merge_only_when_complete_and_disjoint(sample_pairs_file, tmp_path, capsys):
-    from r3edge.distill.teacher import merge_shards
+    from r3edge.distill.label.driver import merge_shards
 
     dirs = [label_pairs(sample_pairs_file, TINY_TEACHER, tmp_path / f"s{i}", shard=f"{i}/2") for i in range(2)]
     with pytest.raises(R3EdgeError, match="not exactly 0/2"):

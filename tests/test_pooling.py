@@ -15,7 +15,7 @@ from conftest import SHARED_DATA
 from r3edge.cli import main
 from r3edge.core.errors import InvalidInput, NotFound, R3EdgeError
 from r3edge.core.pairs import read_queries
-from r3edge.distill.pooling import BM25Index, Doc, Query, pool, pool_files, read_corpus, read_qrels, read_run
+from r3edge.distill.data.pooling import BM25Index, Doc, Query, pool, pool_files, read_corpus, read_qrels, read_run
 
 QUIET = io.StringIO()  # progress lines go here rather than to the test log
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from r3edge.core.errors import R3EdgeError
-from r3edge.distill.judges import PairContext, get_judge, is_verbatim
-from r3edge.distill.judges.r3a import JUDGE
+from r3edge.distill.label.judges import PairContext, get_judge, is_verbatim
+from r3edge.distill.label.judges.r3a import JUDGE
 
 DOC_TEXT = "Renew your RP online via Metrash2:   upload passport,\npay 500 QR, done in 2 days ✅"
 DOC = PairContext("how to renew residence permit qatar", DOC_TEXT)

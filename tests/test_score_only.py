@@ -8,8 +8,8 @@ import pytest
 from conftest import CONFIGS, SAMPLE_QUERIES
 
 from r3edge.core.labels import read_labels, read_manifest
-from r3edge.distill.judges import PairContext, get_judge
-from r3edge.distill.teacher import load_teacher_config
+from r3edge.distill.label.driver import load_teacher_config
+from r3edge.distill.label.judges import PairContext, get_judge
 
 pytestmark = pytest.mark.slow
 SCORE_ONLY_SMOLLM2 = CONFIGS / "teacher" / "score-only-smollm2.yaml"
@@ -17,7 +17,7 @@ SCORE_ONLY_SMOLLM2 = CONFIGS / "teacher" / "score-only-smollm2.yaml"
 
 @pytest.fixture(scope="module")
 def backend():
-    from r3edge.distill.backends.transformers_backend import TransformersBackend
+    from r3edge.distill.label.backends.transformers_backend import TransformersBackend
 
     cfg = load_teacher_config(SCORE_ONLY_SMOLLM2)
     # 3 rows a batch: padded batches whose rows share the prompt's head (prefilled once), and a last short batch.

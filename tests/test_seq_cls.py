@@ -69,7 +69,7 @@ def seq_cls_dir(causal_student, tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def requests():
     """Held-back-style requests: two unseen queries of the demo's generator, 100 candidates each."""
-    from r3edge.distill.ugc import generate
+    from r3edge.distill.data.ugc import generate
 
     return [(q.query, [c.text for c in q.candidates]) for q in generate(2, 100, seed=0, start=20)]
 
@@ -126,7 +126,7 @@ def test_transformers_reads_the_checkpoint_like_the_onnx_artifact(seq_cls_dir, o
 @pytest.fixture(scope="module")
 def vllm_classify(seq_cls_dir, tmp_path_factory):
     """POST /classify on a real vLLM server of the checkpoint (pooling runner, fp32, eager)."""
-    from r3edge.distill.backends.vllm_server import vllm_server
+    from r3edge.distill.label.backends.vllm_server import vllm_server
 
     with vllm_server(VLLM_PY, seq_cls_dir, served_name="r3edge", log_path=tmp_path_factory.mktemp("vllm") / "server.log",
                      max_model_len=512, dtype="float32", kv_cache_gib=1, extra_args=("--runner", "pooling")) as url:

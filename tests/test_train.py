@@ -70,7 +70,7 @@ def test_training_lowers_the_loss_and_writes_a_report(trained):
 
 
 def test_trained_student_agrees_with_the_teacher_more_than_untrained(trained, tiny_student, labels_dir):
-    from r3edge.distill.evaluate import evaluate, torch_student_score_fn
+    from r3edge.distill.student.evaluate import evaluate, torch_student_score_fn
 
     before = evaluate(labels_dir, torch_student_score_fn(tiny_student))
     after = evaluate(labels_dir, torch_student_score_fn(trained))
@@ -104,7 +104,7 @@ def test_eval_cli_writes_json(trained, labels_dir, tmp_path, capsys):
 
 
 def test_evaluate_without_gold_reports_teacher_agreement_only(tmp_path):
-    from r3edge.distill.evaluate import evaluate
+    from r3edge.distill.student.evaluate import evaluate
 
     labels = write_labels(tmp_path / "nogold", gold=False)
 
@@ -120,7 +120,7 @@ def test_evaluate_without_gold_reports_teacher_agreement_only(tmp_path):
 
 
 def test_drop_unformatted_trains_on_format_ok_only(labels_dir, tmp_path):
-    from r3edge.distill.train import train_student
+    from r3edge.distill.student.train import train_student
 
     out = train_student(labels_dir, TINY_STUDENT, tmp_path / "s", max_steps=1, drop_unformatted=True)
     report = json.loads((out / "train_report.json").read_text())
@@ -130,7 +130,7 @@ def test_drop_unformatted_trains_on_format_ok_only(labels_dir, tmp_path):
 
 
 def test_incomplete_labels_are_refused_with_a_fix(tmp_path):
-    from r3edge.distill.train import train_student
+    from r3edge.distill.student.train import train_student
 
     labels = write_labels(tmp_path / "partial", complete=False)
     with pytest.raises(R3EdgeError, match="incomplete") as err:
@@ -140,7 +140,7 @@ def test_incomplete_labels_are_refused_with_a_fix(tmp_path):
 
 
 def test_unknown_config_field_is_named(labels_dir, tmp_path):
-    from r3edge.distill.train import train_student
+    from r3edge.distill.student.train import train_student
 
     bad = tmp_path / "bad.yaml"
     bad.write_text(TINY_STUDENT.read_text().replace("  learning_rate:", "  learning_rat: 0.1\n  learning_rate:"))
@@ -149,7 +149,7 @@ def test_unknown_config_field_is_named(labels_dir, tmp_path):
 
 
 def test_probs_outside_the_label_space_name_the_record(tmp_path):
-    from r3edge.distill.train import train_student
+    from r3edge.distill.student.train import train_student
 
     labels = write_labels(tmp_path / "two", probs=lambda g: [0.5, 0.5])
     with pytest.raises(R3EdgeError, match="qid='q1' docid='d1'"):
@@ -158,7 +158,7 @@ def test_probs_outside_the_label_space_name_the_record(tmp_path):
 
 def test_a_diverged_student_stops_at_its_first_non_finite_loss_and_saves_nothing(labels_dir, tmp_path):
     from r3edge.core.errors import ErrorKind
-    from r3edge.distill.train import train_student
+    from r3edge.distill.student.train import train_student
 
     wild = tmp_path / "wild.yaml"  # one Adam step of 1e30 overflows the next forward
     wild.write_text(TINY_STUDENT.read_text().replace("  learning_rate: 0.001", "  learning_rate: 1.0e+30"))
@@ -171,7 +171,7 @@ def test_interpolate_weights_mixes_a_tied_embedding_once():
     import torch
 
     from r3edge.core.config import StudentConfig, load_yaml
-    from r3edge.distill.train import interpolate_weights
+    from r3edge.distill.student.train import interpolate_weights
     from r3edge.model.loading import load_model
 
     lm = load_model(load_yaml(TINY_STUDENT, StudentConfig).model)  # tie_word_embeddings: true
@@ -195,7 +195,7 @@ def test_cli_reports_errors_without_a_traceback(tmp_path, capsys):
 
 def test_eval_gives_the_same_metrics_on_the_student_and_its_onnx_artifact(labels_dir, tiny_student, tiny_artifact):
     """`r3edge eval --student` and `--artifact` go through the same runtimes the server uses."""
-    from r3edge.distill.evaluate import artifact_score_fn, evaluate, torch_student_score_fn
+    from r3edge.distill.student.evaluate import artifact_score_fn, evaluate, torch_student_score_fn
 
     torch_m = evaluate(labels_dir, torch_student_score_fn(tiny_student))
     onnx_m = evaluate(labels_dir, artifact_score_fn(tiny_artifact, "fp32"))
@@ -210,7 +210,7 @@ def test_temperature_and_gold_weight_shape_the_loss():
     import torch
     import torch.nn.functional as F
 
-    from r3edge.distill.train import distillation_loss
+    from r3edge.distill.student.train import distillation_loss
 
     logits = torch.tensor([[2.0, 0.5, -1.0], [0.0, 1.0, 3.0], [1.0, 1.0, 1.0]])
     teacher = torch.tensor([[0.7, 0.2, 0.1], [0.1, 0.3, 0.6], [0.2, 0.2, 0.6]])
@@ -233,7 +233,7 @@ def test_temperature_and_gold_weight_shape_the_loss():
 
 
 def test_eval_split_keeps_the_best_epoch_and_stops_early(labels_dir, tmp_path):
-    from r3edge.distill.train import REPORT_FILE, split_by_query, train_student
+    from r3edge.distill.student.train import REPORT_FILE, split_by_query, train_student
 
     tr, ev = split_by_query(["a", "a", "b", "c", "c"], 0.34, seed=0)
     assert sorted([*tr, *ev]) == [0, 1, 2, 3, 4] and len({("a", "a", "b", "c", "c")[i] for i in ev}) == 1
@@ -264,7 +264,7 @@ def held_out_loss(student_dir: Path, labels_dir: Path, config_path: Path) -> flo
 
     from r3edge.core.config import StudentConfig, load_yaml
     from r3edge.core.labels import read_labels
-    from r3edge.distill.train import (
+    from r3edge.distill.student.train import (
         DistillCollator,
         build_dataset,
         distillation_loss,
@@ -293,7 +293,7 @@ def test_early_stopping_without_an_eval_split_is_refused(tmp_path):
     bad = tmp_path / "bad.yaml"
     text = TINY_STUDENT.read_text()
     bad.write_text(text[: text.index("train:")] + "train:\n  early_stopping_patience: 2\n")
-    from r3edge.distill.train import train_student
+    from r3edge.distill.student.train import train_student
 
     with pytest.raises(R3EdgeError, match="eval_fraction"):
         train_student(tmp_path / "missing", bad, tmp_path / "s")

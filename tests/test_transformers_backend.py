@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from conftest import SAMPLE_QUERIES, TINY_TEACHER
 
-from r3edge.distill.judges import PairContext, get_judge
-from r3edge.distill.teacher import load_teacher_config
+from r3edge.distill.label.driver import load_teacher_config
+from r3edge.distill.label.judges import PairContext, get_judge
 
 
 def _convs(judge):
@@ -29,7 +29,7 @@ def test_shared_prefix_prefill_matches_the_full_prefill(batch_size):
     import numpy as np
     import torch
 
-    from r3edge.distill.backends.transformers_backend import TransformersBackend
+    from r3edge.distill.label.backends.transformers_backend import TransformersBackend
 
     cfg = load_teacher_config(TINY_TEACHER)
     judge = get_judge("r3a")

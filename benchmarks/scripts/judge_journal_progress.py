@@ -22,8 +22,8 @@ from pathlib import Path
 import numpy as np
 
 from r3edge.core.metrics import relevance_metrics
-from r3edge.distill.datasets import semeval_queries
-from r3edge.distill.judge_journal import JudgeJournal
+from r3edge.distill.data.datasets import semeval_queries
+from r3edge.distill.label.journal import JudgeJournal
 
 
 def summary(path: Path, gold: dict[str, int]) -> list[str]:

@@ -85,8 +85,8 @@ def evaluate(labels_dir: Path, queries, whole: bool) -> dict:
 
 
 def run(args) -> dict:
-    from r3edge.distill.datasets import semeval_queries
-    from r3edge.distill.teacher import label_pairs
+    from r3edge.distill.data.datasets import semeval_queries
+    from r3edge.distill.label.driver import label_pairs
 
     work, hf_dir = Path(args.work), Path(args.hf_dir)
     work.mkdir(parents=True, exist_ok=True)
@@ -104,7 +104,7 @@ def run(args) -> dict:
     for engine in args.engines.split(","):
         out = work / f"labels-{engine}"
         if engine == "vllm":
-            from r3edge.distill.backends.vllm_server import vllm_server
+            from r3edge.distill.label.backends.vllm_server import vllm_server
 
             t0 = time.perf_counter()
             with vllm_server(args.vllm, hf_dir, served_name=SERVED, log_path=work / "vllm.log",

@@ -71,8 +71,8 @@ def judge_metrics(labels_dir: Path, queries) -> dict:
 
 def main() -> int:
     from r3edge.core.labels import read_labels
-    from r3edge.distill.datasets import sample_queries, semeval_queries
-    from r3edge.distill.teacher import label_pairs
+    from r3edge.distill.data.datasets import sample_queries, semeval_queries
+    from r3edge.distill.label.driver import label_pairs
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--hf-dir", default="runs/judges/qwen-coder-1.5b")
@@ -96,7 +96,7 @@ def main() -> int:
     t0 = time.perf_counter()
     if not args.evaluate_only:
         convert(hf_dir)
-        from r3edge.distill.backends.vllm_server import vllm_server
+        from r3edge.distill.label.backends.vllm_server import vllm_server
 
         with vllm_server(args.vllm, hf_dir, served_name=SERVED, log_path=work / "vllm.log", dtype=args.dtype,
                          max_model_len=2048, kv_cache_gib=args.kv_cache_gib) as url:

@@ -51,7 +51,7 @@ def prepare(args) -> int:
     """The requests file (the CPU report's 10 questions) and the artifact: small files + its ONNX in pieces;
     with ``--smoke-artifact``, a tiny artifact (e.g. bert-tiny, int8) copied whole for ``run --smoke``."""
     from r3edge.core.pairs import write_queries
-    from r3edge.distill.datasets import sample_queries, semeval_queries
+    from r3edge.distill.data.datasets import sample_queries, semeval_queries
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -58,8 +58,8 @@ def per_pair_queries(queries: list[QueryCandidates]) -> list[QueryCandidates]:
 
 def run(args) -> dict:
     from r3edge.core.labels import read_manifest
-    from r3edge.distill.teacher import label_pairs
-    from r3edge.distill.ugc import generate
+    from r3edge.distill.data.ugc import generate
+    from r3edge.distill.label.driver import label_pairs
 
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
@@ -75,7 +75,7 @@ def run(args) -> dict:
     for backend in backends:
         if backend == "vllm":
             from r3edge.core.config import ModelSpec
-            from r3edge.distill.backends.vllm_server import vllm_server
+            from r3edge.distill.label.backends.vllm_server import vllm_server
             from r3edge.model.loading import save_hf_checkpoint
 
             hf_dir = work / "smollm2-hf"

@@ -57,7 +57,7 @@ def prepare(args) -> int:
     """Write the pairs files (fidelity's seeded samples, all questions) and cut the GGUF into pieces."""
     from r3edge.commands.fidelity import configure, write_pairs_files
     from r3edge.core.pairs import write_queries
-    from r3edge.distill.datasets import semeval_queries
+    from r3edge.distill.data.datasets import semeval_queries
     from r3edge.model.gguf_parts import part_paths
     from r3edge.model.loading import PACKAGED_GGUFS
 
@@ -121,7 +121,7 @@ def _label_and_tar(pairs_file: Path, teacher: str, out: Path, tar_to: Path, args
     import shutil
 
     from r3edge.core.labels import read_manifest
-    from r3edge.distill.teacher import label_pairs
+    from r3edge.distill.label.driver import label_pairs
 
     label_pairs(pairs_file, teacher, out, batch_size=args.batch_size, shard_size=args.shard_size, stream=sys.stdout, **kw)
     if also is not None:
@@ -173,10 +173,10 @@ def cold_start(args) -> int:
     import shutil
 
     from r3edge.core.config import ModelSpec
-    from r3edge.distill.sft import REPORT_FILE as SFT_REPORT
-    from r3edge.distill.sft import load_sft_config, teacher_sft
-    from r3edge.distill.train import REPORT_FILE as STUDENT_REPORT
-    from r3edge.distill.train import train_student
+    from r3edge.distill.student.train import REPORT_FILE as STUDENT_REPORT
+    from r3edge.distill.student.train import train_student
+    from r3edge.distill.teacher.sft import REPORT_FILE as SFT_REPORT
+    from r3edge.distill.teacher.sft import load_sft_config, teacher_sft
 
     t_start = time.time()
     if not args.smoke:

@@ -4,7 +4,7 @@ for load-testing `r3edge serve` (benchmarks/scripts/serve_load.py).
     python benchmarks/scripts/serve_artifact.py --out runs/serve-bench
 
 Writes under --out:
-* ``heldout.jsonl`` — the demo's held-back-style requests: ``r3edge.distill.ugc.generate`` with the demo's
+* ``heldout.jsonl`` — the demo's held-back-style requests: ``r3edge.distill.data.ugc.generate`` with the demo's
   split (``--queries`` queries of 100 candidates each, starting past the training phrasings), candidate-list
   JSONL, as `r3edge demo` writes its ``heldout.jsonl``;
 * ``pairs.jsonl`` — the demo's training-style pairs (10 queries x 10 candidates), used only as the export's
@@ -43,7 +43,7 @@ def main() -> int:
 
     from r3edge.core.config import StudentConfig, load_yaml
     from r3edge.core.pairs import write_queries
-    from r3edge.distill.ugc import generate
+    from r3edge.distill.data.ugc import generate
 
     t0 = time.perf_counter()
     out = Path(args.out)

@@ -63,7 +63,7 @@ def main() -> int:
     from r3edge.core.metrics import ndcg_at_k
     from r3edge.core.runtime_loader import open_runtime
     from r3edge.core.scoring import Scorer, score_encoded
-    from r3edge.distill.datasets import sample_queries, semeval_queries
+    from r3edge.distill.data.datasets import sample_queries, semeval_queries
     from r3edge.model.student import base_cosine_scoring
 
     every = semeval_queries(args.semeval, "C", "dev")

@@ -1,6 +1,6 @@
 """Teacher GRPO on CPU: does R³A's rule reward rise over a short run on the demo's cold-started judge?
 
-Runs ``r3edge teacher grpo`` (``r3edge.distill.grpo.teacher_grpo``, the code users run) on the demo's
+Runs ``r3edge teacher grpo`` (``r3edge.distill.teacher.grpo.teacher_grpo``, the code users run) on the demo's
 training pairs (``runs/demo/pairs.jsonl``: gold labels; never the held-back ones) from the demo's
 cold-started SmolLM2-135M R³A teacher (``runs/demo/teacher``), and records:
 
@@ -212,7 +212,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
 
     from r3edge.core.config import TeacherGRPOConfig, load_yaml
-    from r3edge.distill.grpo import teacher_grpo
+    from r3edge.distill.teacher.grpo import teacher_grpo
 
     work, out = Path(args.work), Path(args.out)
     work.mkdir(parents=True, exist_ok=True)

@@ -6,7 +6,7 @@ Systems, each measured end to end per top-N request, on the same queries:
 * judges (--judges, teacher configs; the first is the teacher the others are compared with): the
   query's intent round once (R³A), then all its pairs in flight together on one engine: a vLLM
   server started per model from --vllm, a running OpenAI-compatible server (--base-url), or
-  in-process transformers; latency = wall time to the last verdict (r3edge.distill.judge_rerank);
+  in-process transformers; latency = wall time to the last verdict (r3edge.distill.label.rerank);
 * students: every variant of each --artifact, each served by its own `r3edge serve` child process
   (or one running server, --target), over gRPC; and, with --torch-student, the naive PyTorch forward
   of a student directory in this process (the peer a user has without r3edge);
@@ -23,10 +23,24 @@ from __future__ import annotations
 import argparse
 
 
+#: ``r3edge bench TOOL``: the benchmark tools beside the comparison above, each a module of r3edge.commands
+#: with ``configure(parser)`` and ``run(args)`` (as the stages are in r3edge.cli), imported only when parsed.
+TOOLS = {
+    "report": ("r3edge.commands.bench", "rewrite DIR/report.md and the plot from DIR/results.json of an earlier run"),
+}
+
+
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("action", nargs="?", choices=["report"],
-                        help="`report DIR`: rewrite DIR/report.md and the plot from DIR/results.json")
-    parser.add_argument("report_dir", nargs="?", metavar="DIR", help="with `report`: an earlier --out directory")
+    import importlib
+
+    tools = parser.add_subparsers(dest="tool", metavar="[TOOL]", required=False,
+                                  help="without a TOOL: the comparison below; with one: " + ", ".join(TOOLS))
+    for name, (module_name, help_text) in TOOLS.items():
+        module = importlib.import_module(module_name)
+        p = tools.add_parser(name, help=help_text, formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+                             description=help_text if module_name == __name__ else (module.__doc__ or help_text).strip())
+        getattr(module, "configure_report" if name == "report" else "configure")(p)
+        p.set_defaults(_module=module)
     src = parser.add_argument_group("requests")
     src.add_argument("--pairs", default=None, help="held-back pairs JSONL (labels give accuracy vs gold)")
     src.add_argument("--semeval", default=None, metavar="DIR",
@@ -81,14 +95,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", default="runs/bench", help="output directory")
 
 
-def run(args: argparse.Namespace) -> int:
-    from r3edge.core.errors import InvalidInput
+def configure_report(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("report_dir", metavar="DIR", help="an earlier --out directory of `r3edge bench`")
 
-    if args.action == "report":
+
+def run(args: argparse.Namespace) -> int:
+    if args.tool == "report":
         from r3edge.benchmarks.report import rewrite_report
 
-        if not args.report_dir:
-            raise InvalidInput("`r3edge bench report` needs the directory of a run", "e.g. r3edge bench report runs/bench")
         paths = rewrite_report(args.report_dir)
         print(paths["report"].read_text())
         print(f"wrote {paths['report']}, {paths['plot']}")
@@ -125,7 +139,7 @@ def read_requests(args) -> tuple[list, str]:
         from r3edge.core.pairs import read_queries
 
         return read_queries(args.pairs)[: args.max_queries], str(args.pairs)
-    from r3edge.distill.datasets import sample_queries, semeval_queries
+    from r3edge.distill.data.datasets import sample_queries, semeval_queries
 
     queries = sample_queries(semeval_queries(args.semeval, "C", "dev"), args.questions, args.seed)[: args.max_queries]
     if args.comments is not None:
@@ -159,7 +173,7 @@ def bench(args) -> dict:
     base = base_cosine_floor(queries, args.base_student, SPEC_DEFAULTS["label_values"]) if gold and args.base_student else None
     measured = []
     if args.judges:
-        from r3edge.distill.judge_rerank import JudgeSpec, measure_judges
+        from r3edge.distill.label.rerank import JudgeSpec, measure_judges
 
         specs = [JudgeSpec.parse(x) for x in args.judges.split(",") if x.strip()]
         measured = measure_judges(specs, queries, teacher_model=args.teacher_model, vllm_python=args.vllm,
@@ -241,7 +255,7 @@ def bm25_row(queries, label_values, axis: str) -> dict:
     import time
 
     from r3edge.benchmarks.systems import ranking_row
-    from r3edge.distill.pooling import BM25Index, Doc
+    from r3edge.distill.data.pooling import BM25Index, Doc
 
     scores, latencies = {}, []
     for q in queries:

@@ -35,7 +35,7 @@ def run(args) -> int:
     from r3edge.core.errors import InvalidInput
     from r3edge.core.fileio import atomic_write_text
     from r3edge.core.scoring import SCORER_FILE, Scorer
-    from r3edge.distill.evaluate import artifact_score_fn, evaluate, torch_student_score_fn
+    from r3edge.distill.student.evaluate import artifact_score_fn, evaluate, torch_student_score_fn
 
     directory = Path(args.student or args.artifact)
     score_fn = torch_student_score_fn(directory) if args.student else artifact_score_fn(directory)

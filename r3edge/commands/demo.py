@@ -54,7 +54,7 @@ def run(args) -> int:
     import time
 
     from r3edge.core.pairs import QueryCandidates, write_queries
-    from r3edge.distill.ugc import generate
+    from r3edge.distill.data.ugc import generate
 
     out = Path(args.out)
     if args.force and out.exists():
@@ -82,7 +82,7 @@ def run(args) -> int:
           f"{heldout}: {len(held_q)} top-100 requests")
 
     _step("2/6 teacher: cold start on traces built from gold labels")
-    from r3edge.distill.sft import load_sft_config, teacher_sft
+    from r3edge.distill.teacher.sft import load_sft_config, teacher_sft
 
     teacher = (out / "teacher").resolve()
     if not (teacher / "config.json").is_file():
@@ -91,7 +91,7 @@ def run(args) -> int:
         print(f"{teacher} is complete; skipping (use --force to redo)")
 
     _step("3/6 label: the cold-started teacher on training and held-back pairs")
-    from r3edge.distill.teacher import label_pairs
+    from r3edge.distill.label.driver import label_pairs
 
     labels_train = label_pairs(pairs, args.teacher, out / "labels" / "train", teacher_model=teacher)
     labels_heldout = label_pairs(heldout_teacher, args.teacher, out / "labels" / "heldout", teacher_model=teacher)
@@ -101,7 +101,7 @@ def run(args) -> int:
 
     student = out / "student"
     if not (student / SCORER_FILE).is_file():
-        from r3edge.distill.train import train_student
+        from r3edge.distill.student.train import train_student
 
         train_student(labels_train, args.student, student)
     else:

@@ -29,7 +29,7 @@ def run(args) -> int:
 
     from r3edge.core.errors import InvalidInput
     from r3edge.core.fileio import atomic_write_text
-    from r3edge.distill.evaluate import artifact_score_fn, evaluate, print_table, server_score_fn, torch_student_score_fn
+    from r3edge.distill.student.evaluate import artifact_score_fn, evaluate, print_table, server_score_fn, torch_student_score_fn
 
     if args.variant and not args.artifact:
         raise InvalidInput("--variant applies only to --artifact", "drop --variant, or evaluate an artifact with --artifact DIR")

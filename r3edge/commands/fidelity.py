@@ -115,7 +115,7 @@ def write_pairs_files(args, sft_gold: Path, train_pairs: Path, dev_pairs: Path) 
     """Write the three pairs files from SemEval (seeded samples; kept once the dev file exists) and
     return the dev questions."""
     from r3edge.core.pairs import read_queries, write_queries
-    from r3edge.distill.datasets import sample_queries, semeval_queries
+    from r3edge.distill.data.datasets import sample_queries, semeval_queries
 
     if not dev_pairs.is_file():
         c_train = semeval_queries(args.data, "C", "train")
@@ -132,7 +132,7 @@ def write_pairs_files(args, sft_gold: Path, train_pairs: Path, dev_pairs: Path) 
 
 def _teacher(args, out: Path, sft_gold: Path):
     """The SFT config and the cold-started teacher's directory, trained unless it is already there."""
-    from r3edge.distill.sft import load_sft_config, teacher_sft
+    from r3edge.distill.teacher.sft import load_sft_config, teacher_sft
 
     sft = load_sft_config(args.sft_config)
     teacher_dir = (out / "teacher").resolve()
@@ -149,7 +149,7 @@ def _given_labels(args, out: Path):
     import shutil
 
     from r3edge.core.errors import NotFound
-    from r3edge.distill.sft import load_sft_config
+    from r3edge.distill.teacher.sft import load_sft_config
 
     given = Path(args.labels)
     teacher_dir = (out / "teacher").resolve()
@@ -172,7 +172,7 @@ def _label(args, out: Path, teacher_config: str, teacher_dir: Path, splits) -> d
     """Each split's labels directory, labelled by the teacher where not already complete (through a vLLM
     server started from ``--vllm``, the server at ``--base-url``, or in-process)."""
     from r3edge.core.labels import read_manifest
-    from r3edge.distill.teacher import file_sha256, label_pairs
+    from r3edge.distill.label.driver import file_sha256, label_pairs
 
     labels = {split: out / "labels" / split for split, _ in splits}
 
@@ -185,7 +185,7 @@ def _label(args, out: Path, teacher_config: str, teacher_dir: Path, splits) -> d
         return bool(man.get("complete")) and man.get("pairs_sha256") == file_sha256(pairs)
 
     if args.vllm:
-        from r3edge.distill.backends.vllm_server import vllm_server
+        from r3edge.distill.label.backends.vllm_server import vllm_server
 
         # served under its path: the name --teacher-model gives the openai backend to ask for
         server = vllm_server(args.vllm, teacher_dir, served_name=str(teacher_dir), log_path=out / "vllm.log")
@@ -212,7 +212,7 @@ def _students(args, out: Path, names: list[str], labels: dict[str, Path], train_
     dev questions; a student or artifact already there is reused."""
     from r3edge.benchmarks.systems import bench_systems
     from r3edge.core.scoring import SCORER_FILE
-    from r3edge.distill.train import train_student
+    from r3edge.distill.student.train import train_student
     from r3edge.export.onnx import export_artifact
 
     bench: dict[str, dict] = {}

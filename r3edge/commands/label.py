@@ -49,11 +49,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     if args.merge:
-        from r3edge.distill.teacher import merge_shards
+        from r3edge.distill.label.driver import merge_shards
 
         merge_shards(args.pairs, args.merge, args.out, overwrite=args.overwrite)
         return 0
-    from r3edge.distill.teacher import label_pairs
+    from r3edge.distill.label.driver import label_pairs
 
     label_pairs(args.pairs, args.teacher, args.out, shard_size=args.shard_size, shard=args.shard,
                 limit=args.limit, overwrite=args.overwrite, backend=args.backend, base_url=args.base_url,

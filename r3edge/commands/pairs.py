@@ -78,7 +78,7 @@ def run(args) -> int:
 def _demo(args) -> int:
     from r3edge.core.errors import InvalidInput
     from r3edge.core.pairs import write_queries
-    from r3edge.distill.ugc import generate
+    from r3edge.distill.data.ugc import generate
 
     for name, default in DEMO_DEFAULTS.items():
         if getattr(args, name) is None:
@@ -96,7 +96,7 @@ def _demo(args) -> int:
 def _pool(args) -> int:
     from r3edge.core.errors import InvalidInput
     from r3edge.core.pairs import write_queries
-    from r3edge.distill.pooling import pool_files
+    from r3edge.distill.data.pooling import pool_files
 
     for name, default in POOL_DEFAULTS.items():
         if getattr(args, name) is None:

@@ -64,12 +64,12 @@ def run(args: argparse.Namespace) -> int:
     require("transformers", "train")
     if args.teacher_command == "grpo":
         require("trl", "train")
-        from r3edge.distill.grpo import teacher_grpo
+        from r3edge.distill.teacher.grpo import teacher_grpo
 
         teacher_grpo(args.config, args.out, pairs=args.pairs, model=args.model, max_steps=args.max_steps,
                      eval_pairs=args.eval_pairs)
         return 0
-    from r3edge.distill.sft import teacher_sft
+    from r3edge.distill.teacher.sft import teacher_sft
 
     teacher_sft(args.config, args.out, gold=args.gold, traces=args.traces, max_examples=args.max_examples,
                 epochs=args.epochs, max_steps=args.max_steps)

@@ -28,7 +28,7 @@ def run(args) -> int:
 
     require("torch", "train")
     require("transformers", "train")
-    from r3edge.distill.train import train_student
+    from r3edge.distill.student.train import train_student
 
     train_student(args.labels_dir, args.student, args.out, max_steps=args.max_steps,
                   eval_labels_dir=args.eval_labels, drop_unformatted=args.drop_unformatted)

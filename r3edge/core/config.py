@@ -72,7 +72,7 @@ class ScorerBudget(Strict):
 
 
 class TrainParams(Strict):
-    """How a student is distilled (:mod:`r3edge.distill.train`)."""
+    """How a student is distilled (:mod:`r3edge.distill.student.train`)."""
 
     epochs: float = 2.0
     learning_rate: float = 5e-5
@@ -93,7 +93,7 @@ class TrainParams(Strict):
     eval_fraction: float = Field(0.0, ge=0.0, lt=1.0)
     early_stopping_patience: PositiveInt | None = None
     # Ranking losses, added to the pointwise KL over the candidates of one query that share a batch
-    # (r3edge.distill.losses): listwise KL between the softmax of the teacher's and the student's
+    # (r3edge.distill.student.losses): listwise KL between the softmax of the teacher's and the student's
     # expected scores (at listwise_temperature), and MarginMSE on every pair of those candidates.
     listwise_weight: float = Field(0.0, ge=0.0)
     listwise_temperature: float = Field(1.0, gt=0)
@@ -295,7 +295,7 @@ class GRPOData(Strict):
 
 
 class GRPOReward(Strict):
-    """The reward GRPO maximises (:mod:`r3edge.distill.rewards`).
+    """The reward GRPO maximises (:mod:`r3edge.distill.teacher.rewards`).
 
     ``r3a``: R = I_format · r_score, r_score 1 for the gold native score, ``near_miss`` (the paper's
     λ) one point off, 0 further. ``retro``: ``alpha`` · intra-document + (1 − ``alpha``) ·

@@ -110,7 +110,7 @@ class CosineStudent(nn.Module):
     initial head (``weight`` ∝ the centred label values, ``bias`` 0) makes the expected score an
     increasing function of the cosine, so the untrained student ranks like its base model;
     ``r3edge train`` then fits the head to the teacher before it touches the encoder
-    (:func:`r3edge.distill.train.fit_cosine_head`). Embeddings are the mean of a segment's token
+    (:func:`r3edge.distill.student.train.fit_cosine_head`). Embeddings are the mean of a segment's token
     states (all-MiniLM-L6-v2's pooling). Saved as the encoder's HF directory plus
     :data:`COSINE_HEAD_FILE`.
     """

@@ -31,16 +31,16 @@ from typing import Protocol
 
 from r3edge.core.errors import InvalidInput
 
-#: judge name -> module under r3edge.distill.judges that defines ``JUDGE``
+#: judge name -> module under r3edge.distill.label.judges that defines ``JUDGE``
 JUDGES = {
-    "r3a": "r3edge.distill.judges.r3a",
-    "umbrela": "r3edge.distill.judges.umbrela",
-    "retro": "r3edge.distill.judges.retro",
-    "tongxiao": "r3edge.distill.judges.tongxiao",
-    "true": "r3edge.distill.judges.true_usefulness",
-    "crux": "r3edge.distill.judges.crux",
-    "score-only": "r3edge.distill.judges.score_only",
-    "rank1": "r3edge.distill.judges.rank1",
+    "r3a": "r3edge.distill.label.judges.r3a",
+    "umbrela": "r3edge.distill.label.judges.umbrela",
+    "retro": "r3edge.distill.label.judges.retro",
+    "tongxiao": "r3edge.distill.label.judges.tongxiao",
+    "true": "r3edge.distill.label.judges.true_usefulness",
+    "crux": "r3edge.distill.label.judges.crux",
+    "score-only": "r3edge.distill.label.judges.score_only",
+    "rank1": "r3edge.distill.label.judges.rank1",
 }
 
 

@@ -32,7 +32,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from r3edge.core.errors import InvalidInput, R3EdgeError, Unavailable
-from r3edge.distill.backends import Conversation, Generation
+from r3edge.distill.label.backends import Conversation, Generation
 
 TOP_LOGPROBS = 20
 RETRY_STATUS = {408, 429, 500, 502, 503, 504}

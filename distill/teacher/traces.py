@@ -2,8 +2,8 @@
 
 A trace is the chat a judge has at labelling time (system, user, assistant, ...) with every
 assistant reply filled in. The prompts come from the judge's own builders (``intent_messages``,
-``assess_messages``) fed by the labelling run's helpers (:func:`~r3edge.distill.teacher.intent_prompt`,
-:func:`~r3edge.distill.teacher.pair_context`: auxiliary posts and documents cut to the teacher
+``assess_messages``) fed by the labelling run's helpers (:func:`~r3edge.distill.label.driver.intent_prompt`,
+:func:`~r3edge.distill.label.driver.pair_context`: auxiliary posts and documents cut to the teacher
 config's ``n_aux`` and ``max_doc_chars``), so a fine-tuned judge is trained on exactly the prompts
 it will label. For R³A a trace is round 1 (intent) and that pair's round 2 in one conversation.
 
@@ -38,11 +38,11 @@ from r3edge.core.config import TeacherConfig, TraceParams
 from r3edge.core.errors import InvalidInput
 from r3edge.core.labels import read_labels, read_manifest
 from r3edge.core.pairs import QueryCandidates
-from r3edge.distill.judges import Messages, normalize_ws
-from r3edge.distill.judges._single_round import ThinkScore
-from r3edge.distill.judges.r3a import R3AJudge
-from r3edge.distill.judges.score_only import ScoreOnlyJudge
-from r3edge.distill.teacher import LabelMapping, file_sha256, intent_prompt, pair_context, verdict_tail
+from r3edge.distill.label.driver import LabelMapping, file_sha256, intent_prompt, pair_context, verdict_tail
+from r3edge.distill.label.judges import Messages, normalize_ws
+from r3edge.distill.label.judges._single_round import ThinkScore
+from r3edge.distill.label.judges.r3a import R3AJudge
+from r3edge.distill.label.judges.score_only import ScoreOnlyJudge
 
 GOLD, LABELS = "gold", "labels"
 
@@ -222,7 +222,7 @@ def label_traces(cfg: TeacherConfig, judge, queries: list[QueryCandidates], pair
     Where a pair has several traces (several directories), ``retro_filter`` keeps only the one
     whose score is nearest the mean of their scores (Retro*'s filter); otherwise all are kept.
     """
-    from r3edge.distill.judges.retro import closest_sample, integrate
+    from r3edge.distill.label.judges.retro import closest_sample, integrate
 
     pairs_sha = file_sha256(Path(pairs_path))
     by_key = {(q.qid, c.docid): (q, c) for q in queries for c in q.candidates}

@@ -9,7 +9,7 @@ them together; without one, the in-process transformers backend batches the pair
 one request at a time.
 
 Prompts, the intent round, the score read-out (or Retro*'s K samples), the repair and the mapping
-to student labels are the labelling run's own (:class:`r3edge.distill.teacher._Run` over one
+to student labels are the labelling run's own (:class:`r3edge.distill.label.driver.LabelRun` over one
 request's pairs), so the judge timed here is the judge that labels. Nothing is estimated: no
 per-pair latency is scaled up; a request is timed from its first call to its last answer.
 
@@ -35,7 +35,7 @@ from r3edge.core.config import TeacherConfig
 from r3edge.core.errors import InvalidInput
 from r3edge.core.hardware import compute_identity
 from r3edge.core.pairs import QueryCandidates
-from r3edge.distill.judge_journal import JudgeJournal
+from r3edge.distill.label.journal import JudgeJournal
 
 #: candidates of the untimed warm-up request (the first request pays the engine's one-off costs)
 WARMUP_CANDIDATES = 4
@@ -115,8 +115,8 @@ class JudgeReranker:
     """A judge answering top-N requests: each request gets a fresh intent round (no cache across requests)."""
 
     def __init__(self, cfg: TeacherConfig, backend):
-        from r3edge.distill.judges import get_judge
-        from r3edge.distill.teacher import LabelMapping
+        from r3edge.distill.label.driver import LabelMapping
+        from r3edge.distill.label.judges import get_judge
 
         self.cfg, self.backend = cfg, backend
         self.judge = get_judge(cfg.judge)
@@ -126,10 +126,10 @@ class JudgeReranker:
         self.mapping = LabelMapping(cfg, self.judge)
 
     def rerank(self, q: QueryCandidates) -> ServedRequest:
-        from r3edge.distill.teacher import _Run
+        from r3edge.distill.label.driver import LabelRun
 
         counting = _Counting(self.backend)
-        run = _Run(self.cfg, self.judge, counting, self.mapping, Counter({q.qid: len(q.candidates)}))
+        run = LabelRun(self.cfg, self.judge, counting, self.mapping, Counter({q.qid: len(q.candidates)}))
         t0 = time.perf_counter()
         records = run.label_chunk([(q, c) for c in q.candidates])
         wall = time.perf_counter() - t0
@@ -172,7 +172,7 @@ def judge_config(spec: JudgeSpec, *, teacher_model: str | Path | None = None,
     """The teacher config of a judge row, with its weights (the entry's own, else ``teacher_model``),
     ``@K`` and, when given, ``batch_size`` applied. The batch size is an engine setting, not the protocol's:
     the configs size it for a 2-core CPU (16 sequences), where a GPU takes a whole top-100 in one batch."""
-    from r3edge.distill.teacher import load_teacher_config
+    from r3edge.distill.label.driver import load_teacher_config
 
     weights = spec.weights if spec.weights is not None else teacher_model
     cfg = load_teacher_config(spec.config, samples=spec.samples, model=None if weights == "config" else weights)
@@ -196,7 +196,7 @@ def engine_model(cfg: TeacherConfig) -> tuple[Path, str]:
     already converts it to; any other package, hub or random-init model is written once as an HF
     directory under the r3edge cache (``R3EDGE_CACHE``/engine-models, keyed by the model spec) and
     served under its reference."""
-    from r3edge.distill.teacher import teacher_model_ref
+    from r3edge.distill.label.driver import teacher_model_ref
     from r3edge.model.loading import PACKAGED_GGUFS, cache_dir, packaged_gguf_dir, save_hf_checkpoint
 
     ref = cfg.model.pretrained
@@ -223,10 +223,10 @@ def measure_judge(cfg: TeacherConfig, queries: Sequence[QueryCandidates], *, bas
     backend (at most ``max_in_flight`` pair calls in flight, all requests together); without, in-process
     through transformers, where only concurrency 1 is run (one model, one request at a time).
 
-    With ``journal_dir`` every answered request is kept there (:mod:`r3edge.distill.judge_journal`)
+    With ``journal_dir`` every answered request is kept there (:mod:`r3edge.distill.label.journal`)
     and a rerun with the same settings serves only the requests still missing; when none are, the
     engine is not even loaded."""
-    from r3edge.distill.judges import get_judge
+    from r3edge.distill.label.judges import get_judge
 
     stream = stream if stream is not None else sys.stderr
     if not queries:
@@ -266,7 +266,7 @@ def measure_judge(cfg: TeacherConfig, queries: Sequence[QueryCandidates], *, bas
 
 def _in_process_engine() -> str:
     """The in-process engine as a row names it, with its device when that is not the CPU."""
-    from r3edge.distill.backends.transformers_backend import engine_device
+    from r3edge.distill.label.backends.transformers_backend import engine_device
 
     device = engine_device()
     return "transformers in-process" + ("" if device == "cpu" else f" on {device}")
@@ -321,10 +321,10 @@ def _serve(cfg: TeacherConfig, queries, *, base_url, max_in_flight: int, name: s
            phases: Sequence[int], requests: int, journal, stream) -> tuple[list[ServedRequest], float, dict[int, dict]]:
     """Load the engine, warm it up, serve concurrency-1 requests ``first`` .. ``n1 - 1`` and the given
     higher-concurrency phases whole; each answer goes to ``journal`` as it comes."""
-    from r3edge.distill.backends import load_backend
+    from r3edge.distill.label.backends import load_backend
 
     if base_url:
-        from r3edge.distill.backends.openai_backend import OpenAIBackend
+        from r3edge.distill.label.backends.openai_backend import OpenAIBackend
 
         cfg = cfg.model_copy(update={"backend": "openai", "base_url": base_url})
         backend = OpenAIBackend(cfg, base_url=base_url, max_concurrency=max_in_flight)
@@ -388,7 +388,7 @@ def measure_judges(specs: Sequence[JudgeSpec], queries: Sequence[QueryCandidates
                               label=row_name(s, cfg), stream=stream, journal_dir=journal_dir) for s, cfg in cfgs]
     from contextlib import nullcontext
 
-    from r3edge.distill.backends.vllm_server import vllm_server
+    from r3edge.distill.label.backends.vllm_server import vllm_server
 
     groups: dict[tuple[Path, str], list[int]] = {}
     for i, (_, cfg) in enumerate(cfgs):

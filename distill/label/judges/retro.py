@@ -25,8 +25,8 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from r3edge.core.errors import InvalidInput
-from r3edge.distill.judges import Assessment, Messages, PairContext, templates_hash
-from r3edge.distill.judges._single_round import (
+from r3edge.distill.label.judges import Assessment, Messages, PairContext, templates_hash
+from r3edge.distill.label.judges._single_round import (
     SCORE_CLOSE,
     SCORE_OPEN,
     THINK_PREFIX,

@@ -7,7 +7,7 @@ The backend runs the prompt once (prefill only, :meth:`Backend.read_scores`) and
 probabilities of ``0``, ``1`` and ``2`` there: one forward per pair instead of tens to hundreds of
 decoding steps, the single-forward teacher of Rank1's forced read-out without its reasoning.
 
-Because the reply prefix already ends at the score marker (:func:`r3edge.distill.judges.prefill_only`),
+Because the reply prefix already ends at the score marker (:func:`r3edge.distill.label.judges.prefill_only`),
 the labelling run never generates for this judge. ``format_ok`` is then about the verdict the
 read-out completes (``<score>N</score>`` with N on the scale): always true for a read distribution,
 since there is no generated text that could break the format; ``raw_assessment`` is the prefix.
@@ -18,8 +18,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from r3edge.distill.judges import Assessment, Messages, PairContext, templates_hash
-from r3edge.distill.judges._single_round import SCORE_CLOSE, SCORE_OPEN, SingleRound, parse_score
+from r3edge.distill.label.judges import Assessment, Messages, PairContext, templates_hash
+from r3edge.distill.label.judges._single_round import SCORE_CLOSE, SCORE_OPEN, SingleRound, parse_score
 
 SYSTEM = "You grade how relevant a document is to a search query. You answer with the grade only."
 

@@ -21,7 +21,7 @@ import numpy as np
 from r3edge.core.config import GenerationParams, ModelSpec
 from r3edge.core.errors import InvalidInput, R3EdgeError, require
 from r3edge.core.sequences import common_prefix_length
-from r3edge.distill.backends import Conversation, Generation
+from r3edge.distill.label.backends import Conversation, Generation
 
 _torch = require("torch", "train")
 _transformers = require("transformers", "train")

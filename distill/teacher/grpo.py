@@ -2,11 +2,11 @@
 
 R³A cold-starts its judge by SFT (``r3edge teacher sft``) and then runs GRPO with the rule reward
 R = I_format · r_score; Retro* trains its judge with a composite intra-/inter-document reward. Both
-rewards are :mod:`r3edge.distill.rewards`; this module builds the prompts, rolls the judge out and
+rewards are :mod:`r3edge.distill.teacher.rewards`; this module builds the prompts, rolls the judge out and
 hands both to TRL.
 
 **Prompts.** One per gold-labelled pair of a candidate-list pairs file, shown exactly as labelling
-shows it (:func:`~r3edge.distill.teacher.intent_prompt`, :func:`~r3edge.distill.teacher.pair_context`
+shows it (:func:`~r3edge.distill.label.driver.intent_prompt`, :func:`~r3edge.distill.label.driver.pair_context`
 and the judge's own message builders, with its ``reply_prefix`` prefilled). R³A's reward: the pairs,
 optionally capped per label, in a seeded order. Retro*'s: *couples*, a more and a less relevant pair
 of one query, as two adjacent prompts; the dataset is not reshuffled by TRL, and each device's
@@ -50,15 +50,15 @@ from r3edge.core.config import TeacherConfig, TeacherGRPOConfig, load_yaml
 from r3edge.core.errors import InvalidInput, MissingDependency, require
 from r3edge.core.pairs import read_queries
 from r3edge.distill.hf_trainer import ProgressCallback
-from r3edge.distill.judges import get_judge
-from r3edge.distill.rewards import Prompt, R3AReward, RetroReward
-from r3edge.distill.sft import freeze_below, load_base, trainable_layer_ids, use_bf16
-from r3edge.distill.teacher import file_sha256, intent_prompt, load_teacher_config, pair_context, verdict_tail
-from r3edge.distill.traces import native_of_gold
+from r3edge.distill.label.driver import file_sha256, intent_prompt, load_teacher_config, pair_context, verdict_tail
+from r3edge.distill.label.judges import get_judge
+from r3edge.distill.teacher.rewards import Prompt, R3AReward, RetroReward
+from r3edge.distill.teacher.sft import freeze_below, load_base, trainable_layer_ids, use_bf16
+from r3edge.distill.teacher.traces import native_of_gold
 from r3edge.model.loading import save_hf_model, torch_dtype
 
 REPORT_FILE = "grpo_report.json"
-#: where labelling stops round 1 (``r3edge.distill.teacher``)
+#: where labelling stops round 1 (``r3edge.distill.label.driver``)
 INTENT_STOP = "</intent>"
 
 

@@ -31,7 +31,7 @@ from r3edge.core.labels import read_labels, read_manifest
 from r3edge.core.progress import Progress
 from r3edge.core.scoring import Encoded, Scorer
 from r3edge.distill.hf_trainer import FiniteSteps, ProgressCallback, TimeBudget, training_arguments
-from r3edge.distill.losses import expected_scores, listwise_kl, margin_mse
+from r3edge.distill.student.losses import expected_scores, listwise_kl, margin_mse
 from r3edge.model.loading import native_bf16
 from r3edge.model.student import create_student, save_student, scoring_module
 
@@ -62,7 +62,7 @@ class DistillCollator:
 
 
 class QueryGroupSampler(torch.utils.data.Sampler):
-    """Row indices in whole-query groups, for the ranking losses (:mod:`r3edge.distill.losses`).
+    """Row indices in whole-query groups, for the ranking losses (:mod:`r3edge.distill.student.losses`).
 
     Every epoch (each ``__iter__``) shuffles each query's rows, cuts them into groups of at most
     ``group_size`` and shuffles the groups, seeded by ``seed`` and the epoch. Emitted back to back,
@@ -157,8 +157,8 @@ def logits_loss(logits: torch.Tensor, inputs: dict[str, torch.Tensor], *, temper
 
     At temperature ``T`` both sides are tempered (teacher ``p^(1/T)`` renormalised, student
     ``logits / T``) and the KL is scaled by ``T²`` so its gradients keep their size (Hinton et al.).
-    The ranking terms are added to the KL with their weights: :func:`~r3edge.distill.losses.listwise_kl`
-    and :func:`~r3edge.distill.losses.margin_mse` on the expected scores (``label_values``) of the
+    The ranking terms are added to the KL with their weights: :func:`~r3edge.distill.student.losses.listwise_kl`
+    and :func:`~r3edge.distill.student.losses.margin_mse` on the expected scores (``label_values``) of the
     rows that share a ``group`` (a query). With ``gold_weight`` w > 0 the loss is
     ``(1 - w)·teacher terms + w·CE(logits, gold)``, the CE averaged over the rows that have a gold
     label (``gold`` ≥ 0).
@@ -496,7 +496,7 @@ def _save_and_evaluate(lm, scorer: Scorer, out_dir: str | Path, report: dict, ev
     # Save first: a failing evaluation must never throw the trained weights away.
     out = save_student(lm, scorer, out_dir, extra_files={REPORT_FILE: _report_json(report)})
     if eval_labels_dir is not None:
-        from r3edge.distill.evaluate import evaluate
+        from r3edge.distill.student.evaluate import evaluate
         from r3edge.model.student import lm_score_fn
 
         report["eval"] = evaluate(eval_labels_dir, lm_score_fn(lm, scorer), scorer=scorer)

@@ -10,7 +10,7 @@ one point off, 0 further.
 **Retro*** (arXiv 2509.24869), for one pair's group of N trajectories and, for inter-document, the
 group of the other pair of its couple (a more and a less relevant document of one query):
 
-* intra-document: the group's integrated score is :func:`~r3edge.distill.judges.retro.integrate`
+* intra-document: the group's integrated score is :func:`~r3edge.distill.label.judges.retro.integrate`
   (uniform mean@N). Where the furthest parsed score is more than ``tau`` from it, the trajectories
   nearest it get +1 and the furthest −1 (every trajectory at that distance: ties are paid alike, so
   the reward does not depend on sampling order); otherwise, or where all are equally far, 0.
@@ -31,8 +31,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from r3edge.core.errors import R3EdgeError
-from r3edge.distill.judges import PairContext
-from r3edge.distill.judges.retro import integrate
+from r3edge.distill.label.judges import PairContext
+from r3edge.distill.label.judges.retro import integrate
 
 
 def r_score(score: int | None, gold: int, near_miss: float) -> float:
@@ -167,7 +167,7 @@ class R3AReward:
 
 class RetroReward:
     """Retro*'s composite reward as a TRL reward function. The batch must hold both pairs of every
-    couple it holds (``r3edge.distill.grpo`` orders the prompts so), each as a group of
+    couple it holds (``r3edge.distill.teacher.grpo`` orders the prompts so), each as a group of
     ``num_generations`` consecutive completions."""
 
     __name__ = "retro"

@@ -1,7 +1,7 @@
 """What the single-round judges share: no intent round, and the ``<think>…</think><score>N</score>`` verdict.
 
 UMBRELA, Retro*, TRUE and CRUX all answer in that one layout, so its strict parser and Rank1's
-repair live here once (the tag check itself is :func:`r3edge.distill.judges.tag_problems`, shared
+repair live here once (the tag check itself is :func:`r3edge.distill.label.judges.tag_problems`, shared
 with R³A). Tongxiao answers in JSON and uses only :class:`SingleRound`.
 """
 
@@ -11,7 +11,7 @@ import re
 from collections.abc import Sequence
 
 from r3edge.core.errors import InvalidInput, R3EdgeError
-from r3edge.distill.judges import Assessment, Intent, Messages, PairContext, close_think, tag_problems
+from r3edge.distill.label.judges import Assessment, Intent, Messages, PairContext, close_think, tag_problems
 
 SCORE_OPEN = "<score>"
 SCORE_CLOSE = "</score>"

@@ -25,8 +25,8 @@ import json
 import re
 from dataclasses import dataclass, field
 
-from r3edge.distill.judges import Assessment, Messages, PairContext, templates_hash
-from r3edge.distill.judges._single_round import SingleRound, describe_values
+from r3edge.distill.label.judges import Assessment, Messages, PairContext, templates_hash
+from r3edge.distill.label.judges._single_round import SingleRound, describe_values
 
 SCORE_OPEN = '"overall": '
 SCORE_CLOSE = "}"  # the JSON object's end

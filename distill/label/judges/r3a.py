@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from r3edge.distill.judges import (
+from r3edge.distill.label.judges import (
     Assessment,
     Intent,
     Messages,

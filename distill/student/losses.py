@@ -7,7 +7,7 @@ expected score ``Σ softmax(logits)·label_values``, the number the server ranks
 still outputs label logits and export, serving and the scoring contract do not change.
 
 ``groups`` holds one integer per row, the row's query: rows of the same query in a batch form a
-group (batches of whole-query groups come from :class:`r3edge.distill.train.QueryGroupSampler`);
+group (batches of whole-query groups come from :class:`r3edge.distill.student.train.QueryGroupSampler`);
 a group of one row adds nothing.
 """
 

@@ -26,8 +26,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from r3edge.distill.judges import Messages, PairContext, templates_hash
-from r3edge.distill.judges._single_round import (
+from r3edge.distill.label.judges import Messages, PairContext, templates_hash
+from r3edge.distill.label.judges._single_round import (
     SCORE_CLOSE,
     SCORE_OPEN,
     THINK_PREFIX,

@@ -58,9 +58,9 @@ class Backend(Protocol):
 def load_backend(teacher_config, base_url: str | None = None) -> Backend:
     """The backend named by a :class:`r3edge.core.config.TeacherConfig` (torch only for transformers)."""
     if teacher_config.backend == "openai":
-        from r3edge.distill.backends.openai_backend import OpenAIBackend
+        from r3edge.distill.label.backends.openai_backend import OpenAIBackend
 
         return OpenAIBackend(teacher_config, base_url=base_url)
-    from r3edge.distill.backends.transformers_backend import TransformersBackend
+    from r3edge.distill.label.backends.transformers_backend import TransformersBackend
 
     return TransformersBackend(teacher_config.model, teacher_config.generation)

@@ -36,7 +36,7 @@ from r3edge.core.config import TeacherConfig, load_yaml
 from r3edge.core.errors import Conflict, ErrorKind, InvalidInput, R3EdgeError
 from r3edge.core.labels import read_labels, read_manifest, shard_paths, write_manifest, write_shard
 from r3edge.core.pairs import Candidate, QueryCandidates, read_queries
-from r3edge.distill.judges import PairContext, prefill_only
+from r3edge.distill.label.judges import PairContext, prefill_only
 
 # Manifest fields that define what the labels mean; any difference on resume is a different run.
 IDENTITY_KEYS = (
@@ -260,7 +260,7 @@ def label_pairs(
     """Label the pairs with the configured teacher into ``out_dir`` (resumable); returns ``out_dir``.
 
     ``teacher_model`` runs the config's judge with other weights (see :func:`load_teacher_config`)."""
-    from r3edge.distill.judges import get_judge
+    from r3edge.distill.label.judges import get_judge
 
     stream = stream if stream is not None else sys.stderr
     if shard_size < 1:
@@ -331,11 +331,11 @@ def label_pairs(
 
 def _label_todo(cfg, judge, mapping, plan, todo, out, manifest, shard_size, stream) -> None:
     from r3edge.core.progress import Progress
-    from r3edge.distill.backends import load_backend
+    from r3edge.distill.label.backends import load_backend
 
     backend = load_backend(cfg)
     try:
-        run = _Run(cfg, judge, backend, mapping, Counter(q.qid for q, _ in plan))
+        run = LabelRun(cfg, judge, backend, mapping, Counter(q.qid for q, _ in plan))
         progress = Progress(len(plan), "label", stream=stream, initial=manifest["n_done"])
         t0, tokens = time.perf_counter(), 0
         for start in range(0, len(todo), shard_size):
@@ -371,8 +371,11 @@ def pair_context(cfg: TeacherConfig, q: QueryCandidates, c: Candidate) -> PairCo
     return PairContext(q.query, cut_document(cfg, c.text), q.meta or {}, c.meta or {})
 
 
-class _Run:
-    """One process's labelling state: the loaded teacher and the per-query intent cache."""
+class LabelRun:
+    """One process's labelling state: the loaded teacher and the per-query intent cache.
+
+    Public because judges served as rerankers (:mod:`r3edge.distill.label.rerank`) label a request's pairs
+    through it, so the judge a benchmark times is the judge that labels."""
 
     def __init__(self, cfg: TeacherConfig, judge, backend, mapping: LabelMapping, pairs_per_query: Counter):
         self.cfg, self.judge, self.backend, self.mapping = cfg, judge, backend, mapping
@@ -460,7 +463,7 @@ class _Run:
         return out
 
     def _sampled(self, convs, pairs) -> list[dict]:
-        from r3edge.distill.judges.retro import closest_sample, integrate
+        from r3edge.distill.label.judges.retro import closest_sample, integrate
 
         judge, cfg, pre = self.judge, self.cfg, self.judge.reply_prefix
         samples = self.backend.sample(convs, cfg.generation.assess_max_new_tokens, [], cfg.samples, cfg.sample_temperature)
@@ -505,7 +508,7 @@ def verdict_tail(judge, native: int) -> str:
 def _sample_weights(scores, logprobs, mode: str) -> np.ndarray:
     """Retro*'s integration weights (:func:`retro.sample_weights`), normalised to sum to 1 over the
     parsable samples (all zero when none parsed)."""
-    from r3edge.distill.judges.retro import sample_weights
+    from r3edge.distill.label.judges.retro import sample_weights
 
     w = np.asarray(sample_weights(scores, logprobs if mode == "likelihood" else None, mode), dtype=np.float64)
     return w / w.sum() if w.sum() > 0 else w

@@ -21,8 +21,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from r3edge.distill.judges import Assessment, Messages, PairContext, close_think, tag_problems, templates_hash
-from r3edge.distill.judges._single_round import THINK_PREFIX, SingleRound
+from r3edge.distill.label.judges import Assessment, Messages, PairContext, close_think, tag_problems, templates_hash
+from r3edge.distill.label.judges._single_round import THINK_PREFIX, SingleRound
 
 SYSTEM = "You are a search relevance judge."
 

@@ -2,7 +2,7 @@
 
 R³A's cold start: before a small model can label in the two-round ``<think>``/``<intent>`` then
 ``<think>``/``<extract>``/``<score>`` format it is fine-tuned on conversations that already follow
-it (:mod:`r3edge.distill.traces`: replies of a stronger judge, or templated traces from gold labels,
+it (:mod:`r3edge.distill.teacher.traces`: replies of a stronger judge, or templated traces from gold labels,
 which teach the format and the labels but not reasoning).
 
 The loss is on the assistant replies only. Each reply is one training example: the conversation
@@ -55,9 +55,9 @@ from r3edge.core.errors import InvalidInput
 from r3edge.core.pairs import read_queries
 from r3edge.core.sequences import common_prefix_length
 from r3edge.distill.hf_trainer import FiniteSteps, ProgressCallback, TimeBudget, training_arguments
-from r3edge.distill.judges import get_judge
-from r3edge.distill.teacher import file_sha256, load_teacher_config
-from r3edge.distill.traces import Trace, gold_traces, label_traces, select
+from r3edge.distill.label.driver import file_sha256, load_teacher_config
+from r3edge.distill.label.judges import get_judge
+from r3edge.distill.teacher.traces import Trace, gold_traces, label_traces, select
 from r3edge.model.loading import load_model, load_tokenizer, native_bf16, save_hf_model, torch_dtype
 
 REPORT_FILE = "sft_report.json"
@@ -99,7 +99,7 @@ def reply_examples(tokenizer, messages: list[dict[str, str]], reply_prefix: str,
         reply = m["content"]
         if not reply.startswith(reply_prefix):
             raise InvalidInput(f"assistant reply {k} does not start with the judge's prefix {reply_prefix!r}",
-                              "build traces with r3edge.distill.traces (every reply starts with the prefix)")
+                              "build traces with r3edge.distill.teacher.traces (every reply starts with the prefix)")
         prompt = render(messages[:i], tokenize=False, add_generation_prompt=True)
         closed = render(messages[: i + 1], tokenize=False)
         if not closed.startswith(prompt + reply):
@@ -117,7 +117,7 @@ def reply_examples(tokenizer, messages: list[dict[str, str]], reply_prefix: str,
         out.append((context + target, [IGNORE] * len(context) + target))
         k += 1
     if k == 0:
-        raise InvalidInput("a trace has no assistant reply", "build traces with r3edge.distill.traces")
+        raise InvalidInput("a trace has no assistant reply", "build traces with r3edge.distill.teacher.traces")
     return out
 
 
@@ -265,7 +265,7 @@ def use_bf16(setting) -> bool:
 def build_traces(cfg: SFTConfig, teacher: TeacherConfig, judge, *, gold: str | Path | None,
                  traces: str | Path | Sequence[str | Path] | None, log: Callable[..., None]) -> tuple[list[Trace], dict]:
     """The traces of the requested source, with their provenance and drop counts (see the module docstring
-    of :mod:`r3edge.distill.traces`)."""
+    of :mod:`r3edge.distill.teacher.traces`)."""
     if gold is None:
         raise InvalidInput("teacher sft needs the pairs file (--gold PAIRS.jsonl)",
                           "pass the gold-labelled pairs, or with --traces the pairs file those labels were made from")

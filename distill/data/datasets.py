@@ -17,7 +17,7 @@ from pathlib import Path
 
 from r3edge.core.errors import NotFound
 from r3edge.core.pairs import QueryCandidates, read_queries
-from r3edge.distill.pooling import Doc
+from r3edge.distill.data.pooling import Doc
 
 SEMEVAL_FILES = {
     ("A", "train"): "subtaskA_train2.jsonl", ("A", "dev"): "subtaskA_dev.jsonl",

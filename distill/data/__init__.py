@@ -1,0 +1,1 @@
+"""Pairs to label: BM25 pooling over a corpus, the synthetic UGC set, and the student's training datasets."""
