@@ -15,6 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
+from r3edge.benchmarks.timing import percentiles
 from r3edge.core.pairs import QueryCandidates
 
 
@@ -28,14 +29,6 @@ def request_candidates(q: QueryCandidates, pad_to: int | None = None) -> list[tu
             cands.extend((f"{i}#{k}", t) for i, t in base[: pad_to - len(cands)])
             k += 1
     return cands
-
-
-def percentiles(values_ms: Sequence[float]) -> dict:
-    if not values_ms:
-        return {"p50": None, "p95": None, "p99": None, "mean": None, "max": None}
-    a = np.asarray(values_ms, dtype=np.float64)
-    return {"p50": float(np.percentile(a, 50)), "p95": float(np.percentile(a, 95)),
-            "p99": float(np.percentile(a, 99)), "mean": float(a.mean()), "max": float(a.max())}
 
 
 def collect_probs(target: str, queries: Sequence[QueryCandidates], timeout: float = 600.0) -> dict[tuple[str, str], list[float]]:

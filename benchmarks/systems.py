@@ -22,7 +22,8 @@ from pathlib import Path
 
 import numpy as np
 
-from r3edge.benchmarks.load import collect_probs, percentiles, run_load
+from r3edge.benchmarks.load import collect_probs, run_load
+from r3edge.benchmarks.timing import percentiles
 from r3edge.core.artifact import Runtime
 from r3edge.core.errors import InvalidInput
 from r3edge.core.pairs import QueryCandidates
