@@ -16,16 +16,18 @@ from r3edge.core.errors import R3EdgeError
 COMMANDS = {
     "pairs": "write pairs: the embedded demo (UGC-style, graded 0/1/2) or BM25 + run + click pools from a corpus",
     "label": "label pairs with a teacher judge (R³A two-round by default) into Parquet shards",
-    "teacher": "fine-tune the teacher judge itself: `teacher sft` (R³A's cold start on traces in its format)",
-    "train": "distil teacher labels into a student that scores with the label-token logits only",
+    "teacher": "train the teacher judge itself: `teacher sft` (cold start on traces in its judge's format) "
+               "or `teacher grpo` (reinforcement on gold pairs with R³A's or Retro*'s reward)",
+    "train": "distil teacher labels into a student (causal LM, cross-encoder or cosine bi-encoder) on their label distribution",
     "eval": "score labelled pairs with a student, an artifact or a server and report accuracy",
-    "calibrate": "fit temperature scaling on held-out gold labels into a student's or artifact's scorer.json",
-    "export": "export a student to an ONNX scoring graph with a parity check against PyTorch",
-    "serve": "serve an artifact over gRPC (Rerank top-k, ScorePairs, ModelInfo, health, reflection)",
+    "calibrate": "fit a temperature (and, with --bias, a per-label bias) on held-out gold labels into a scorer.json",
+    "export": "export a student to an artifact (ONNX / OpenVINO variants, each checked against PyTorch) or another engine's format",
+    "serve": "serve an artifact over gRPC (Rerank, ScorePairs, ModelInfo, health, reflection) and, with "
+             "--http-port, Cohere-compatible HTTP (/v1/rerank, /v2/rerank), on one engine",
     "rerank": "send one rerank request to a running server and print the top-k",
     "bench": "benchmark latency, throughput and accuracy over gRPC; write a report and a plot",
-    "fidelity": "prove on SemEval-2016 CQA that the teacher judges and the student keeps it (results.json, report, plot)",
-    "demo": "run the whole chain on the embedded demo data and write runs/demo/report.md",
+    "fidelity": "measure on SemEval-2016 CQA how the teacher ranks and how closely each student follows it (results.json, report, plot)",
+    "demo": "run the whole chain on the embedded demo data and write its report (runs/demo/report.md by default)",
 }
 
 

@@ -1,10 +1,11 @@
 """Generate the Python stubs of ``reranker.proto`` (run by ``make proto``; never at import time).
 
 The stubs are committed beside the .proto so that installing or importing r3edge never needs
-grpcio-tools; ``tests/test_api.py`` regenerates them into a temporary directory and fails when
-the committed files differ, so the .proto stays the single source of truth. The proto path
-``r3edge/api/reranker.proto`` is relative to the repository root, so protoc emits
-``from r3edge.api import reranker_pb2`` and no generated file is edited afterwards.
+grpcio-tools; ``tests/test_layout.py`` (``test_committed_grpc_stubs_match_the_proto``) regenerates
+them into a temporary directory and fails when the committed files differ, so the .proto stays the
+single source of truth. The proto path ``r3edge/api/reranker.proto`` is relative to the repository
+root, so protoc emits ``from r3edge.api import reranker_pb2`` and no generated file is edited
+afterwards.
 """
 
 from __future__ import annotations
