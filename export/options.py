@@ -14,6 +14,7 @@ from typing import Literal, get_args
 from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, field_validator, model_validator
 
 from r3edge.core.errors import InvalidInput
+from r3edge.core.fidelity import DEFAULT_ATOL
 from r3edge.export.openvino import OV_PRESETS
 from r3edge.export.quantize import VARIANTS as ONNX_VARIANTS
 
@@ -25,9 +26,6 @@ VARIANTS = (*ONNX_VARIANTS, *OV_PRESETS)
 #: repository around the artifact (r3edge.export.triton).
 Format = Literal["onnx", "hf-seq-cls", "triton"]
 FORMATS: tuple[str, ...] = get_args(Format)
-
-#: max |Δ label logit| allowed between the ONNX fp32 graph and PyTorch
-DEFAULT_ATOL = 1e-3
 
 
 def parse_variants(variants: Sequence[str] | str) -> list[str]:

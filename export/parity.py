@@ -18,7 +18,7 @@ Thresholds (why they differ):
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from enum import StrEnum
 from pathlib import Path
 
@@ -26,8 +26,8 @@ import numpy as np
 from scipy.stats import kendalltau, spearmanr
 
 from r3edge.core.errors import ErrorKind, InvalidInput, R3EdgeError
+from r3edge.core.fidelity import Tolerances, batch_invariance
 from r3edge.core.scoring import Scorer, score_pairs
-from r3edge.export.options import DEFAULT_ATOL
 
 RunBatch = Callable[[np.ndarray, np.ndarray], np.ndarray]
 
@@ -93,14 +93,6 @@ class BatchInvarianceError(ParityError):
     check = ParityCheck.BATCH_INVARIANCE
 
 
-@dataclass(frozen=True)
-class Tolerances:
-    atol: float = DEFAULT_ATOL  # fp32 logits vs torch
-    fp32_batch_tol: float = 1e-3  # fp32 |Δ score| alone vs in a batch
-    quant_batch_tol: float = 1e-3  # for schemes that claim batch invariance
-    min_argmax_agreement: float = 0.9  # below this a quantized variant is flagged ``degraded``
-
-
 def load_pairs(calib_pairs: str | Path | None, limit: int) -> tuple[list[str], list[str], str]:
     """``(queries, documents, source)`` from a pairs file, or the built-in set."""
     if calib_pairs is None:
@@ -136,16 +128,6 @@ def compare(scorer: Scorer, ref: np.ndarray, got: np.ndarray) -> dict:
         "spearman": _rank_corr(spearmanr, s_ref, s_got),
         "kendall_tau": _rank_corr(kendalltau, s_ref, s_got),  # tau-b, scipy's default
     }
-
-
-def batch_invariance(scorer: Scorer, run: RunBatch | None, queries: Sequence[str], docs: Sequence[str],
-                     prefix=None) -> float:
-    """Max |Δ score| between each pair scored alone and all pairs in one length-mixed batch (through
-    ``run``, or through the prefix-reuse graphs of ``prefix``)."""
-    alone = score_pairs(scorer, run, queries, docs, max_batch_size=1, prefix=prefix)
-    together = score_pairs(scorer, run, queries, docs, max_batch_size=len(queries), max_batch_tokens=1 << 30,
-                           prefix=prefix)
-    return float(np.abs(scorer.relevance(alone)[1] - scorer.relevance(together)[1]).max())
 
 
 def check_variant(
