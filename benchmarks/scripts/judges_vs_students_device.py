@@ -9,7 +9,7 @@ machine's CPU cores; BM25 and the first-stage order. The machine has no vLLM and
 judge runs in-process.
 
 A device machine has no network and a call carries at most 64 MiB: the GGUF travels in
-semeval_labels_device.py's pieces, the artifact's ONNX file in pieces (``prepare --artifact``), and the
+judge_qwen_coder_gpu.py's pieces, the artifact's ONNX file in pieces (``prepare --artifact``), and the
 wheels the machine lacks in .whl/ and .whl2/ (see the results README).
 
     prepare (here):  python benchmarks/scripts/judges_vs_students_device.py prepare --data DIR --out .gpu/bench \\
@@ -83,7 +83,7 @@ def _env(stubs: Path | None) -> dict:
 
 
 def run(args) -> int:
-    from semeval_labels_device import _machine, _stand_in_packages, smoke_student
+    from judge_qwen_coder_gpu import _machine, _stand_in_packages, smoke_student
 
     t_start = time.time()
     # absolute: the CLI steps run in --work, not here
@@ -103,7 +103,7 @@ def run(args) -> int:
                 for piece in sorted(Path(args.artifact_pieces or bench_dir).glob("onnx[0-9][0-9]")):
                     dst.write(piece.read_bytes())
     judges = "r3a-tiny" if args.smoke else args.judges
-    # --smoke: the real student's config on the random 2-layer Qwen2 of semeval_labels_device's smoke
+    # --smoke: the real student's config on the random 2-layer Qwen2 of judge_qwen_coder_gpu's smoke
     student_cfg = str(smoke_student(args.student, work)) if args.smoke else args.student
     variant = "int8" if args.smoke else args.variant
     common = ["--pairs", str(bench_dir / "requests.jsonl"), "--judges", judges, "--judge-batch-size", str(args.judge_batch_size),
@@ -157,7 +157,7 @@ def main() -> int:
     p.add_argument("--seed", type=int, default=0)
     p = sub.add_parser("run")
     p.add_argument("--bench", required=True, help="prepare's --out, carried")
-    p.add_argument("--pieces", default=None, help="the GGUF's pieces (semeval_labels_device.py prepare)")
+    p.add_argument("--pieces", default=None, help="the GGUF's pieces (judge_qwen_coder_gpu.py prepare)")
     p.add_argument("--artifact-pieces", default=None, help="where the ONNX pieces are (default: --bench)")
     p.add_argument("--stubs", default="/tmp/r3edge-stubs")
     p.add_argument("--work", required=True)

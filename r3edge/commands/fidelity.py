@@ -3,7 +3,7 @@
 SemEval-2016 CQA (Qatar Living forum, comments graded 0/1/2, 100 candidates per question):
 
 1. data: subtask A and C train pairs for the teacher's cold start; subtask C train questions for
-   distillation; subtask C dev (50 questions x 100 comments) for every measurement;
+   distillation; subtask C dev for every measurement;
 2. teacher: ``r3edge teacher sft`` on gold-built traces (they teach the R³A format and the gold
    labels, not reasoning: no stronger judge is reachable here);
 3. label: the cold-started teacher labels C train and C dev through the labelling backend (a vLLM
@@ -26,6 +26,8 @@ from pathlib import Path
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
+    from r3edge.distill.data.datasets import SFT_QUERIES
+
     parser.add_argument("--data", default="../shared/data/semeval2016-cqa", help="the semeval2016-cqa folder")
     parser.add_argument("--out", default="runs/fidelity", help="working directory of every stage")
     parser.add_argument("--results", default="benchmarks/results/fidelity-semeval",
@@ -34,14 +36,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="teacher cold-start (SFT) config; its teacher config (judge, prompts, budgets) also labels")
     parser.add_argument("--sft-examples", type=int, default=None, help="cap on cold-start traces (default: the config's)")
     parser.add_argument("--students", default="minilm-cqa-bi-rank-wise,minilm-cqa,smollm2-cqa",
-                        help="student configs to distil, comma-separated; the first is the recommended one (the cosine "
-                             "student mixed back with its base: it ranks above its base in domain and keeps it out of "
-                             "the domain, benchmarks/results/base-preservation-qwen-cold-start-wise-xeon-2core)")
-    parser.add_argument("--sft-queries", type=int, default=60,
+                        help="student configs to distil, comma-separated; the first is the recommended one, the report's "
+                             "`student` row that the goals are checked on")
+    parser.add_argument("--sft-queries", type=int, default=SFT_QUERIES,
                         help="questions in the cold-start pool, half from subtask A train and half from C train; every "
                              "question adds one intent reply to train on, so this bounds the cold start's cost")
-    parser.add_argument("--train-queries", type=int, default=None, help="C train questions to label (default all 67)")
-    parser.add_argument("--dev-queries", type=int, default=None, help="C dev questions to evaluate on (default all 50)")
+    parser.add_argument("--train-queries", type=int, default=None, help="C train questions to label (default: all of them)")
+    parser.add_argument("--dev-queries", type=int, default=None, help="C dev questions to evaluate on (default: all of them)")
     parser.add_argument("--vllm", default=None, metavar="PYTHON",
                         help="label through a vLLM server run by this interpreter (e.g. .venv-vllm/bin/python)")
     parser.add_argument("--base-url", default=None, help="label through this running OpenAI-compatible server instead")
@@ -81,7 +82,13 @@ def run(args) -> int:
 
     _step("1/5 data: SemEval-2016 CQA")
     sft_gold, train_pairs, dev_pairs = data / "sft-gold.jsonl", data / "train.jsonl", data / "dev.jsonl"
-    dev = write_pairs_files(args, sft_gold, train_pairs, dev_pairs)
+    from r3edge.core.pairs import read_queries
+    from r3edge.distill.data.datasets import write_fidelity_pairs
+
+    dev = write_fidelity_pairs(args.data, sft_gold, train_pairs, dev_pairs, sft_queries=args.sft_queries,
+                               train_queries=args.train_queries, dev_queries=args.dev_queries, seed=args.seed)
+    print(f"{sft_gold}: cold-start pool; {train_pairs}: {len(read_queries(train_pairs))} questions; "
+          f"{dev_pairs}: {len(dev)} questions")
 
     _step("2/5 teacher: cold start on gold-built traces")
     if args.labels:
@@ -109,25 +116,6 @@ def run(args) -> int:
     for k, p in paths.items():
         print(f"{k}: {p}")
     return 0
-
-
-def write_pairs_files(args, sft_gold: Path, train_pairs: Path, dev_pairs: Path) -> list:
-    """Write the three pairs files from SemEval (seeded samples; kept once the dev file exists) and
-    return the dev questions."""
-    from r3edge.core.pairs import read_queries, write_queries
-    from r3edge.distill.data.datasets import sample_queries, semeval_queries
-
-    if not dev_pairs.is_file():
-        c_train = semeval_queries(args.data, "C", "train")
-        half = args.sft_queries // 2
-        write_queries(sft_gold, sample_queries(semeval_queries(args.data, "A", "train"), args.sft_queries - half, args.seed)
-                      + sample_queries(c_train, half, args.seed))
-        write_queries(train_pairs, sample_queries(c_train, args.train_queries, args.seed))
-        write_queries(dev_pairs, sample_queries(semeval_queries(args.data, "C", "dev"), args.dev_queries, args.seed))
-    dev = read_queries(dev_pairs)
-    print(f"{sft_gold}: cold-start pool; {train_pairs}: {len(read_queries(train_pairs))} questions; "
-          f"{dev_pairs}: {len(dev)} questions")
-    return dev
 
 
 def _teacher(args, out: Path, sft_gold: Path):
@@ -258,7 +246,8 @@ def _results(args, dev, bench: dict, names: list[str], dev_manifest: dict, teach
     results = {
         "split": "dev",
         "machine": first["machine"],
-        "settings": {"data": str(args.data), "dev_queries": len(dev), "train_queries": args.train_queries or "all",
+        "settings": {"data": str(args.data), "dev_queries": len(dev), "n_pairs": sum(len(q.candidates) for q in dev),
+                     "train_queries": args.train_queries or "all",
                      "students": names, "recommended_student": names[0],
                      "sft_config": args.sft_config if sft_report else None, "teacher": dev_manifest.get("teacher"),
                      "labelling": "vllm" if (args.vllm or args.base_url) else "transformers",
@@ -277,12 +266,17 @@ def _results(args, dev, bench: dict, names: list[str], dev_manifest: dict, teach
         f"({'through a vLLM server' if (args.vllm or args.base_url) else 'in-process with transformers'} on {where}, "
         f"{rate:.2f} pairs/s) divided by the questions." if rate else "Teacher latency: no wall time recorded.",
         "Student latency is measured over gRPC against a served artifact (`r3edge serve` in a child process), "
-        "top-100 requests one at a time.",
+        "one dev question's comments a request, one request at a time.",
         f"Teacher format: {summary.get('format_failures')} of {summary.get('pairs')} dev records not well formed, "
         f"{summary.get('repairs')} repaired (score read after closing a cut-off reply).",
     ]
-    if len(dev) < 50:
-        results["notes"].append(f"Evaluated on a seeded sample of {len(dev)} of the 50 dev questions (--dev-queries).")
+    if args.dev_queries is not None:
+        from r3edge.core.pairs import read_queries
+        from r3edge.distill.data.datasets import semeval_file
+
+        n_dev = len(read_queries(semeval_file(args.data, "C", "dev")))
+        if len(dev) < n_dev:
+            results["notes"].append(f"Evaluated on a seeded sample of {len(dev)} of the {n_dev} dev questions (--dev-queries).")
     return results
 
 

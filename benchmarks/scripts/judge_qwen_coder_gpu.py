@@ -13,12 +13,12 @@ the 22 weight packages with modules whose ``get_part_path()`` returns the pieces
 an empty file), so the reassembly still goes through :func:`r3edge.model.gguf_parts.assemble_gguf` and its
 pinned size and sha256 check.
 
-    prepare (here):  python benchmarks/scripts/semeval_labels_device.py prepare --pairs DIR --pieces DIR
-    label (there):   python3 benchmarks/scripts/semeval_labels_device.py label --pairs DIR --pieces DIR \\
+    prepare (here):  python benchmarks/scripts/judge_qwen_coder_gpu.py prepare --pairs DIR --pieces DIR
+    label (there):   python3 benchmarks/scripts/judge_qwen_coder_gpu.py label --pairs DIR --pieces DIR \\
                          --labels DIR --tar-to "$OUT" [--teacher CONFIG --splits dev --suffix -r3a]
-    cold start (there):  python3 benchmarks/scripts/semeval_labels_device.py cold-start --pairs DIR \\
+    cold start (there):  python3 benchmarks/scripts/judge_qwen_coder_gpu.py cold-start --pairs DIR \\
                          --pieces DIR --work DIR --tar-to "$OUT" [--smoke]
-    report (here):   python benchmarks/scripts/semeval_labels_device.py report --pairs DIR --labels DIR --out DIR
+    report (here):   python benchmarks/scripts/judge_qwen_coder_gpu.py report --pairs DIR --labels DIR --out DIR
 
 ``label`` resumes (label_pairs is resumable), tars each finished split's labels directory into --tar-to and
 writes run.json (machine, versions, wall time and pairs/s per split) after every split. ``cold-start`` runs
@@ -55,18 +55,17 @@ SPLITS = ("dev", "train", "a-train")  # fidelity's dev.jsonl and train.jsonl, th
 
 def prepare(args) -> int:
     """Write the pairs files (fidelity's seeded samples, all questions) and cut the GGUF into pieces."""
-    from r3edge.commands.fidelity import configure, write_pairs_files
     from r3edge.core.pairs import write_queries
-    from r3edge.distill.data.datasets import semeval_queries
+    from r3edge.distill.data.datasets import semeval_queries, write_fidelity_pairs
     from r3edge.model.gguf_parts import part_paths
     from r3edge.model.loading import PACKAGED_GGUFS
 
     pairs = Path(args.pairs)
     pairs.mkdir(parents=True, exist_ok=True)
-    fidelity = argparse.ArgumentParser()
-    configure(fidelity)  # fidelity's own defaults, so the labels' pairs_sha256 match what `r3edge fidelity` writes
-    write_pairs_files(fidelity.parse_args(["--data", args.data, "--sft-queries", str(args.sft_queries)]),
-                      pairs / "sft-gold.jsonl", pairs / "train.jsonl", pairs / "dev.jsonl")
+    # fidelity's own defaults (all C train and dev questions, seed 0), so the labels' pairs_sha256 match what
+    # `r3edge fidelity` writes
+    write_fidelity_pairs(args.data, pairs / "sft-gold.jsonl", pairs / "train.jsonl", pairs / "dev.jsonl",
+                         sft_queries=args.sft_queries)
     write_queries(pairs / "a-train.jsonl", semeval_queries(args.data, "A", "train"))
     pieces = Path(args.pieces)
     pieces.mkdir(parents=True, exist_ok=True)
