@@ -102,7 +102,7 @@ def main() -> None:
         return scored_floor(queries, scoring, values)["ndcg@10"]
 
     rows = [{"system": "first-stage order", **{k: baselines(v, values)["input_order"]["ndcg@10"] for k, v in sets.items()}}]
-    base = base_cosine_scoring(load_yaml(names[0], StudentConfig), query_overflow=args.query_overflow)
+    base = base_cosine_scoring(load_yaml(names[0], StudentConfig), overflow=args.query_overflow)
     rows.append({"system": f"base: {base.name}", **{k: ndcg(base, v) for k, v in sets.items()}})
     for name in names:
         student = work / "students" / name
@@ -111,7 +111,7 @@ def main() -> None:
             train_student(labels, name, student)
         report = json.loads((student / "train_report.json").read_text())
         lm, scorer = load_student(student)
-        scoring = lm_score_fn(lm.eval(), scorer, name=name, query_overflow=args.query_overflow)
+        scoring = lm_score_fn(lm.eval(), scorer, name=name, overflow=args.query_overflow)
         rows.append({"system": f"{name} ({load_yaml(name, StudentConfig).model.kind}), trained",
                      **{k: ndcg(scoring, v) for k, v in sets.items()},
                      "train_pairs": report["n_examples"]["trained_on"], "train_s": report["wall_time_s"],
@@ -124,7 +124,7 @@ def main() -> None:
             for a in alphas:
                 lm.load_state_dict(trained)
                 interpolate_weights(lm, start, a)
-                scoring = lm_score_fn(lm.eval(), scorer, name=f"{name}@{a}", query_overflow=args.query_overflow)
+                scoring = lm_score_fn(lm.eval(), scorer, name=f"{name}@{a}", overflow=args.query_overflow)
                 rows.append({"system": f"{name} ({config.model.kind}), trained, base_interpolation {a}",
                              **{k: ndcg(scoring, v) for k, v in sets.items()}, "base_interpolation": a})
                 print(json.dumps(rows[-1]), flush=True)

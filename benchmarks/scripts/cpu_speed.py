@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 from contextlib import ExitStack
@@ -40,11 +39,9 @@ from pathlib import Path
 
 import numpy as np
 
+from r3edge.benchmarks.timing import LOAD_KEY, load_average
+
 THREADS = 2
-
-
-def load_avg() -> list[float]:
-    return [round(x, 2) for x in os.getloadavg()]
 
 
 def gemm_peaks(reps: int = 5) -> dict:
@@ -157,10 +154,10 @@ def main() -> int:
     out.mkdir(parents=True, exist_ok=True)
     queries = read_queries(args.heldout)
     t_start = time.perf_counter()
-    load_before = load_avg()
+    load_before = load_average()
 
     def log(*a):
-        print(f"[{time.perf_counter() - t_start:6.1f}s load {load_avg()[0]}]", *a, flush=True)
+        print(f"[{time.perf_counter() - t_start:6.1f}s load {load_average()[0]}]", *a, flush=True)
 
     # -- systems: name -> (scorer, fn(queries, docs) -> logits, kind) --------------------------------
     ref_rt = TorchRuntime(args.student, "fp32", threads=THREADS)
@@ -302,7 +299,7 @@ def main() -> int:
             lat[name].append(time.perf_counter() - t)
         log(f"round {r + 1}/{args.reps}", {k: round(v[-1] * 1e3) for k, v in lat.items() if v})
     server.close()
-    load_after = load_avg()
+    load_after = load_average()
 
     # -- rows -------------------------------------------------------------------------------------
     flops = [useful_flops(config, ls) for ls in lengths_per_q]
@@ -347,7 +344,7 @@ def main() -> int:
     }
     results = {
         "machine": {**machine_info(), "cpu_native_bf16": cpu_has_bf16(), "threads": THREADS,
-                    "load_avg_before": load_before, "load_avg_after": load_after},
+                    LOAD_KEY: {"before": load_before, "after": load_after}},
         "student": {"dir": Path(args.student).name, "model_type": config.model_type, "layers": config.num_hidden_layers,
                     "hidden": config.hidden_size},
         "artifact": {"dir": Path(args.artifact).name, "default": manifest["default"], "variants": manifest["variants"],
@@ -374,7 +371,7 @@ def report(res: dict) -> str:
         f"Machine: {m['cpu']}, {m['cores_usable']} cores, native bf16: {m['cpu_native_bf16']}, {m['ram_gib']} GiB; "
         f"onnxruntime {m['versions']['onnxruntime']}, torch {m['versions']['torch']}, transformers {m['versions']['transformers']}; "
         f"{m['threads']} threads everywhere; {m['timestamp']}.",
-        f"Load average before/after: {m['load_avg_before']} / {m['load_avg_after']} "
+        f"Load average before/after: {m[LOAD_KEY]['before']} / {m[LOAD_KEY]['after']} "
         "(above ~1 per core the box was shared: compare ratios, not milliseconds).",
         "",
         f"Student: {res['student']['dir']} ({res['student']['model_type']}, {res['student']['layers']} layers, "

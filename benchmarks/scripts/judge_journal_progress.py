@@ -19,8 +19,7 @@ import argparse
 import json
 from pathlib import Path
 
-import numpy as np
-
+from r3edge.benchmarks.timing import percentiles
 from r3edge.core.metrics import relevance_metrics
 from r3edge.distill.data.datasets import semeval_queries
 from r3edge.distill.label.journal import JudgeJournal
@@ -34,12 +33,12 @@ def summary(path: Path, gold: dict[str, int]) -> list[str]:
     machine = f"{hw['cpu']} ({', '.join(hw['cpu_flags'])}), {hw['cores_usable']} cores" if hw else "not recorded"
     if not served:
         return [path.stem, machine, "0", *["–"] * 6, ", ".join(map(str, phases)) or "–"]
-    lat = np.array([r["latency_s"] for r in served])
+    lat = percentiles([r["latency_s"] for r in served])  # seconds
     pairs = sum(r["n_pairs"] for r in served)
     docs = [(r["qid"], d, p) for r in served for d, p in r["probs"].items() if p is not None]
     nd = relevance_metrics([gold[d] for _, d, _ in docs], [p for _, _, p in docs], [q for q, _, _ in docs])
     loads = [ln["load_1min"] for ln in map(json.loads, path.read_text().splitlines()) if ln["kind"] == "request"]
-    return [path.stem, machine, f"{len(served)} ({runs} runs)", f"{np.percentile(lat, 50):.0f}", f"{np.percentile(lat, 95):.0f}",
+    return [path.stem, machine, f"{len(served)} ({runs} runs)", f"{lat['p50']:.0f}", f"{lat['p95']:.0f}",
             f"{sum(r['generated_tokens'] for r in served) / pairs:.1f}",
             f"{sum(r['format_failures'] for r in served)}/{pairs}",
             f"{nd['ndcg@10']:.3f} ({nd['ndcg_queries']} q)" if nd["ndcg@10"] is not None else "–",

@@ -20,30 +20,24 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import time
 from pathlib import Path
 
 import numpy as np
-import yaml
 
+from r3edge.benchmarks.judge_configs import write_teacher_variant
 from r3edge.benchmarks.machine import machine_info
+from r3edge.benchmarks.timing import LOAD_KEY, load_average
 from r3edge.core.pairs import write_queries
 
 CONFIG = "score-only-qwen-coder-1.5b"
 SERVED = "qwen-coder-1.5b"
 
 
-def teacher_yaml(path: Path, hf_dir: Path, backend: str, dtype: str, base_url: str | None = None) -> Path:
-    from r3edge.core.config import TeacherConfig, load_yaml
-
-    cfg = load_yaml(CONFIG, TeacherConfig).model_dump(mode="json", exclude_none=True)
-    cfg["model"].update(pretrained=str(hf_dir), dtype=dtype)
-    cfg["backend"] = backend
-    if base_url:
-        cfg["base_url"] = base_url
-    path.write_text(yaml.safe_dump(cfg, sort_keys=False))
-    return path
+def qwen_judge_config(path: Path, hf_dir: Path, backend: str, dtype: str, base_url: str | None = None) -> Path:
+    """The score-only judge on the converted directory, in ``dtype``, through ``backend``."""
+    return write_teacher_variant(path, CONFIG, model={"pretrained": str(hf_dir), "dtype": dtype}, backend=backend,
+                                 base_url=base_url)
 
 
 def convert(hf_dir: Path) -> float:
@@ -99,7 +93,7 @@ def run(args) -> dict:
     pairs = work / f"semeval-C-dev-{q.qid}.jsonl"
     write_queries(pairs, [q])
     result = {"machine": machine_info(), "config": CONFIG, "hf_dir": str(hf_dir), "convert_s": round(convert_s, 1),
-              "loadavg_1_5_15_before": [round(x, 2) for x in os.getloadavg()], "question": q.qid,
+              LOAD_KEY: load_average(), "question": q.qid,  # before the first engine; each row's: after it
               "n_candidates": len(q.candidates), "dtype": args.dtype, "rows": {}}
     for engine in args.engines.split(","):
         out = work / f"labels-{engine}"
@@ -110,16 +104,16 @@ def run(args) -> dict:
             with vllm_server(args.vllm, hf_dir, served_name=SERVED, log_path=work / "vllm.log",
                              dtype=args.dtype, max_model_len=2048, kv_cache_gib=args.kv_cache_gib) as url:
                 start_s = time.perf_counter() - t0
-                label_pairs(pairs, teacher_yaml(work / "vllm.yaml", hf_dir, "openai", args.dtype, url), out,
+                label_pairs(pairs, qwen_judge_config(work / "vllm.yaml", hf_dir, "openai", args.dtype, url), out,
                             base_url=url, overwrite=True, shard_size=args.shard_size)
         else:
             t0 = time.perf_counter()
-            label_pairs(pairs, teacher_yaml(work / "tf.yaml", hf_dir, "transformers", args.dtype), out,
+            label_pairs(pairs, qwen_judge_config(work / "tf.yaml", hf_dir, "transformers", args.dtype), out,
                         overwrite=True, shard_size=args.shard_size, batch_size=args.batch_size)
             start_s = None  # loading is inside the run; the manifest's wall time excludes it
         row = evaluate(out, [q], whole=len(q.candidates) == n_all)
         row["total_s"] = round(time.perf_counter() - t0, 1)
-        row["loadavg_1_5_15_after"] = [round(x, 2) for x in os.getloadavg()]
+        row[LOAD_KEY] = load_average()
         row["server_start_s"] = round(start_s, 1) if start_s is not None else None
         result["rows"][engine] = row
         print(engine, json.dumps(row), flush=True)
@@ -147,8 +141,9 @@ def report(result: dict) -> str:
                      f"{r['server_start_s'] if r['server_start_s'] is not None else '–'} | {nd['ndcg@10_judge']} | "
                      f"{nd['ndcg@10_forum_order']} | {r['accuracy_vs_gold']:.2f} | {r['labels']} |")
     lines += ["", "Commands:", "", "```bash", *sorted({r["command"] for r in result["rows"].values()}), "```", ""]
-    lines += [f"Load average (1/5/15 min) before the last run: {result['loadavg_1_5_15_before']}; after each engine: "
-              + ", ".join(f"{e} {r['loadavg_1_5_15_after']}" for e, r in result["rows"].items())
+    # rows kept from an earlier invocation may carry the key older runs wrote
+    lines += [f"Load average (1/5/15 min) before the last run: {result[LOAD_KEY]}; after each engine: "
+              + ", ".join(f"{e} {r.get(LOAD_KEY, r.get('loadavg_1_5_15_after'))}" for e, r in result["rows"].items())
               + ". The box is shared with other jobs: a loadavg above 2 on 2 cores means these rates are lower "
               "than an idle machine's.", ""]
     return "\n".join(lines)

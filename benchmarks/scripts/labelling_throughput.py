@@ -24,8 +24,7 @@ import time
 from contextlib import nullcontext
 from pathlib import Path
 
-import yaml
-
+from r3edge.benchmarks.judge_configs import write_teacher_variant
 from r3edge.benchmarks.machine import machine_info
 from r3edge.core.pairs import QueryCandidates, write_queries
 
@@ -36,19 +35,13 @@ PUBLISHED_H100_OUT_TOK_S = 12_500
 PUBLISHED_SOURCE = "https://www.morphllm.com/vllm-benchmarks (Llama 3.1 8B BF16, 1x H100 80GB, ~12,500 output tok/s)"
 
 
-def teacher_yaml(path: Path, budget: int, backend: str, base_url: str | None = None) -> Path:
+def budget_config(path: Path, budget: int, backend: str, base_url: str | None = None) -> Path:
     """The demo teacher (r3a-smollm2) with every round capped at ``budget`` new tokens (``base_url``:
     the vLLM server, for the openai backend)."""
-    from r3edge.core.config import TeacherConfig, load_yaml
-
-    cfg = load_yaml("r3a-smollm2", TeacherConfig).model_dump(mode="json", exclude_none=True)
-    cfg["name"] = f"r3a-smollm2-{budget}tok"
-    cfg["generation"].update(intent_max_new_tokens=budget, assess_max_new_tokens=budget)
-    cfg["backend"] = backend
-    if backend == "openai":
-        cfg["served_model"], cfg["base_url"] = "smollm2", base_url
-    path.write_text(yaml.safe_dump(cfg, sort_keys=False))
-    return path
+    openai = backend == "openai"
+    return write_teacher_variant(path, "r3a-smollm2", name=f"r3a-smollm2-{budget}tok", backend=backend,
+                                 generation={"intent_max_new_tokens": budget, "assess_max_new_tokens": budget},
+                                 served_model="smollm2" if openai else None, base_url=base_url if openai else None)
 
 
 def per_pair_queries(queries: list[QueryCandidates]) -> list[QueryCandidates]:
@@ -88,13 +81,13 @@ def run(args) -> dict:
             server = nullcontext(None)
         with server as url:
             if url:  # one throwaway request wave first: a fresh server's first work carries its warm-up
-                label_pairs(pairs["intent once per pair"], teacher_yaml(work / "teacher-warmup.yaml", 24, "openai", url),
+                label_pairs(pairs["intent once per pair"], budget_config(work / "teacher-warmup.yaml", 24, "openai", url),
                             work / "labels-warmup", base_url=url, overwrite=True, limit=2, stream=sys.stdout)
             for budget in args.budgets:
                 for mode, path in pairs.items():
                     if mode != "intent once per query" and budget != min(args.budgets):
                         continue  # the intent-once gain is measured at the smaller budget
-                    cfg = teacher_yaml(work / f"teacher-{backend}-{budget}.yaml", budget,
+                    cfg = budget_config(work / f"teacher-{backend}-{budget}.yaml", budget,
                                        "openai" if backend == "vllm" else "transformers", url)
                     out = work / f"labels-{backend}-{budget}-{'once' if 'query' in mode else 'per-pair'}"
                     t0 = time.time()

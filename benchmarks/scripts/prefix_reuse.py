@@ -37,6 +37,7 @@ from pathlib import Path
 import numpy as np
 
 from r3edge.benchmarks.machine import machine_info
+from r3edge.benchmarks.timing import LOAD_KEY, load_average, top_k_overlap
 from r3edge.core.scoring import DEFAULT_MAX_BATCH_SIZE, DEFAULT_MAX_BATCH_TOKENS
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -147,7 +148,7 @@ def measure(rt, scorer, reqs, repeats: int, batch_tokens: int, batch_size: int) 
 
     times: dict[str, list[float]] = {"single": [], "prefix": []}
     prefix_ms: list[float] = []
-    diffs, tokens, prefix_lens, load = [], {"single": 0, "prefix": 0}, [], [os.getloadavg()[0]]
+    diffs, tokens, prefix_lens, load = [], {"single": 0, "prefix": 0}, [], [load_average()]
 
     class Timed:  # the runtime's prefix runner, timing its prefix graph
         def prefix(self, ids):
@@ -173,7 +174,7 @@ def measure(rt, scorer, reqs, repeats: int, batch_tokens: int, batch_size: int) 
                 if rep:
                     times[path].append((time.perf_counter() - t) * 1e3)
         diffs.append(float(np.abs(out["single"] - out["prefix"]).max()))
-    load.append(os.getloadavg()[0])
+    load.append(load_average())
     single, prefix = statistics.median(times["single"]), statistics.median(times["prefix"])
     n_pairs = sum(len(d) for _, d in reqs)
     return {
@@ -189,7 +190,7 @@ def measure(rt, scorer, reqs, repeats: int, batch_tokens: int, batch_size: int) 
         "prefix_graph_ms_p50": statistics.median(prefix_ms),
         "speedup": single / prefix,
         "max_abs_logit_diff": max(diffs),
-        "loadavg_1min_before_after": load,
+        LOAD_KEY: load,  # before and after the measurement
     }
 
 
@@ -202,9 +203,6 @@ def top10_overlap(ref_rt, rt, scorer, reqs) -> dict:
     def scores(run, prefix, query, docs):
         return scorer.relevance(score_pairs(scorer, run, [query] * len(docs), docs, prefix=prefix))[1]
 
-    def top(s):
-        return set(np.argsort(-s, kind="stable")[:10].tolist())
-
     out: dict[str, list[float]] = {k: [] for k in ("single", "prefix", "ref_score_std", "ref_gap_10_11",
                                                   "mean_abs_score_diff_single", "mean_abs_score_diff_prefix")}
     for query, docs in reqs:
@@ -213,7 +211,7 @@ def top10_overlap(ref_rt, rt, scorer, reqs) -> dict:
         out["ref_score_std"].append(float(ref.std()))
         out["ref_gap_10_11"].append(float(ranked[9] - ranked[10]))
         for path, got in (("single", scores(rt, None, query, docs)), ("prefix", scores(None, rt.prefix, query, docs))):
-            out[path].append(len(top(ref) & top(got)) / 10)
+            out[path].append(top_k_overlap(ref, got, 10))
             out[f"mean_abs_score_diff_{path}"].append(float(np.abs(got - ref).mean()))
     return {k: statistics.mean(v) for k, v in out.items()}
 
@@ -416,7 +414,7 @@ def main(argv=None) -> dict:
             rows.append(row)
             log(f"{variant} +{extra} head tokens: prefix {row['prefix_tokens_mean']:.0f} tok, single "
                 f"{row['single_ms_p50']:.0f} ms, reuse {row['prefix_ms_p50']:.0f} ms ({row['speedup']:.2f}x), "
-                f"max|Δlogit| {row['max_abs_logit_diff']:.1e}, load {row['loadavg_1min_before_after']}")
+                f"max|Δlogit| {row['max_abs_logit_diff']:.1e}, load {[x[0] for x in row[LOAD_KEY]]}")
             write(args, out, rt, reqs, rows, None, report, partial=True)  # a run cut short keeps what it measured
     grpc_res = None if args.no_grpc else measure_served(artifact, reqs, args.threads, args.repeats, args.max_batch_tokens,
                                                         args.max_batch_size)
@@ -433,7 +431,8 @@ def student_text(config: str) -> str:
 
 
 def write(args, out: Path, rt, reqs, rows, grpc_res, report, partial: bool) -> dict:
-    loads = [x for r in rows for x in r["loadavg_1min_before_after"]]
+    # the 1-minute figures (results written before the shared key held them alone)
+    loads = [x[0] for r in rows for x in r.get(LOAD_KEY, [])] or [x for r in rows for x in r["loadavg_1min_before_after"]]
     busy = max(loads) > args.threads + 0.5
     res = {
         "student": ("qwen2-tiny (random weights, smoke test)" if args.smoke else student_text(args.student)),

@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import random
 import statistics
 import time
 from pathlib import Path
@@ -59,6 +58,7 @@ def main() -> int:
 
     from r3edge.benchmarks.machine import machine_info
     from r3edge.benchmarks.systems import scored_floor
+    from r3edge.benchmarks.timing import LOAD_KEY, interleaved_rounds, percentiles
     from r3edge.core.config import StudentConfig, load_yaml
     from r3edge.core.metrics import ndcg_at_k
     from r3edge.core.runtime_loader import open_runtime
@@ -73,38 +73,41 @@ def main() -> int:
     budgets = [own] + [b for b in args.doc_tokens if b < own]
     scorers = {b: Scorer(dataclasses.replace(runtime.scorer.spec, max_doc_tokens=b), runtime.scorer.tokenizer)
                for b in budgets}
-    encoded = {b: [s.encode_batch([q.query] * len(q.candidates), [c.text for c in q.candidates], query_overflow="truncate")
+    encoded = {b: [s.encode_batch([q.query] * len(q.candidates), [c.text for c in q.candidates])
                    for q in timed] for b, s in scorers.items()}
 
     def score(b: int, i: int) -> np.ndarray:
         return score_encoded(scorers[b], runtime.label_logits, encoded[b][i], prefix=runtime.prefix)
 
-    times: dict[int, list[float]] = {b: [] for b in budgets}
     ndcg_inputs: dict[int, dict] = {b: {"gains": [], "scores": [], "qids": []} for b in budgets}
-    rng = random.Random(args.seed)
-    for rep in range(args.reps + 1):  # round 0 warms every budget's shapes up and is not timed
-        for i, q in enumerate(timed):
-            for b in rng.sample(budgets, len(budgets)):
-                time.sleep(0.05)
-                t = time.perf_counter()
-                logits = score(b, i)
-                if rep:
-                    times[b].append((time.perf_counter() - t) * 1e3)
-                else:
-                    _, expected = scorers[b].relevance(logits)
-                    ndcg_inputs[b]["gains"] += [c.label for c in q.candidates]
-                    ndcg_inputs[b]["scores"] += list(expected)
-                    ndcg_inputs[b]["qids"] += [q.qid] * len(q.candidates)
-        print(f"round {rep}: " + ", ".join(f"{b} tokens {statistics.median(times[b]):.0f} ms" for b in budgets if times[b]),
-              flush=True)
+    for i, q in enumerate(timed):  # untimed: warms every budget's shapes up and keeps its scores for nDCG@10
+        for b in budgets:
+            _, expected = scorers[b].relevance(score(b, i))
+            ndcg_inputs[b]["gains"] += [c.label for c in q.candidates]
+            ndcg_inputs[b]["scores"] += list(expected)
+            ndcg_inputs[b]["qids"] += [q.qid] * len(q.candidates)
+
+    seen: dict[int, list[float]] = {b: [] for b in budgets}
+
+    def progress(r: int, ms: dict[int, float]) -> None:
+        for b in budgets:
+            seen[b].append(ms[b])
+        if (r + 1) % len(timed) == 0:
+            print(f"round {(r + 1) // len(timed)}: " + ", ".join(
+                f"{b} tokens {statistics.median(seen[b]):.0f} ms" for b in budgets), flush=True)
+
+    # one timing round per request: every budget scores it, in a seeded shuffled order
+    run = interleaved_rounds({b: (lambda r, b=b: score(b, r % len(timed))) for b in budgets}, args.reps * len(timed),
+                             pause_s=0.05, seed=args.seed, progress=progress)
+    times = run["ms"]
 
     speed = []
     for b in budgets:
         # what the runtime encodes: each pair's suffix after its query's shared prefix, or the whole pair
         tokens = [sum(len(e.suffix if runtime.prefix else e.input_ids) for e in req) for req in encoded[b]]
         nd = ndcg_inputs[b]
-        speed.append({"doc_tokens": b, "p50_ms": statistics.median(times[b]),
-                      "p95_ms": float(np.percentile(times[b], 95)), "tokens_per_request": float(np.mean(tokens)),
+        pct = percentiles(times[b])
+        speed.append({"doc_tokens": b, "p50_ms": pct["p50"], "p95_ms": pct["p95"], "tokens_per_request": float(np.mean(tokens)),
                       "truncated_docs": sum(bool(e.doc_tokens_dropped) for req in encoded[b] for e in req),
                       "ndcg@10": ndcg_at_k(np.asarray(nd["gains"], float), np.asarray(nd["scores"]), nd["qids"])["ndcg@10"]})
     base_speed = speed[0]["p50_ms"]
@@ -130,6 +133,7 @@ def main() -> int:
     results = {"machine": machine_info(), "artifact": str(args.artifact), "variant": runtime.variant,
                "runtime": runtime.name, "floor": config.name, "questions_timed": len(timed),
                "questions_floor": len(every), "reps": args.reps, "threads": args.threads, "speed": speed,
+               LOAD_KEY: run[LOAD_KEY][-1], "order": run["order"], "pause_s": run["pause_s"],
                "base_floor": floors}
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import random
 import statistics
 import sys
@@ -30,6 +29,7 @@ from pathlib import Path
 import yaml
 
 from r3edge.benchmarks.machine import machine_info
+from r3edge.benchmarks.timing import LOAD_KEY, load_average
 from r3edge.core.pairs import QueryCandidates, read_queries, write_queries
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -110,7 +110,7 @@ def report_md(res: dict) -> str:
         "",
         f"Written by `benchmarks/scripts/teacher_grpo.py` on {m['cpu']} ({m['cores_usable']} usable cores; 1/5/15-min "
         "load average at the end of the run, its own threads included: "
-        + (", ".join(f"{x:g}" for x in res["loadavg_1_5_15_at_end"]) if res.get("loadavg_1_5_15_at_end") else "not recorded")
+        + (", ".join(f"{x:g}" for x in res[LOAD_KEY]) if res.get(LOAD_KEY) else "not recorded")
         + "), "
         f"torch {res['report']['versions']['torch']}, trl {res['report']['versions']['trl']}, "
         f"{res['report']['device']}, bf16 {res['report']['bf16']}.",
@@ -276,7 +276,7 @@ def main(argv=None) -> int:
            "probe_labels": probe_labels, "summary": summary, "passes": pp, "report": report,
            # what else the box ran meanwhile: step times are speed figures only when these stay near the
            # run's own 2 threads
-           "loadavg_1_5_15_at_end": [round(x, 2) for x in os.getloadavg()]}
+           LOAD_KEY: load_average()}
     (out / "results.json").write_text(json.dumps(res, indent=2) + "\n")
     (out / "report.md").write_text(report_md(res))
     plot(res, out / "reward.png")
