@@ -66,6 +66,8 @@ lint: install
 	@# benchmarks/scripts/ are tools outside the package and its contracts: they may use r3edge's public names only
 	@! grep -nE '^\s*from r3edge[.a-z_]* import .*\b_[a-z]|\br3edge(\.[a-z_]+)*\._[a-z]' benchmarks/scripts/*.py \
 		|| { echo "benchmarks/scripts import a private r3edge name (above): make it public first"; exit 1; }
+	@! grep -nE '\br3edge\.commands\b' benchmarks/scripts/*.py \
+		|| { echo "benchmarks/scripts import the CLI layer (above): call the library function the command calls"; exit 1; }
 	@# build/lib is setuptools' staging copy: a stale one would lint files that no longer exist
 	rm -rf $(LINTROOT) build/lib
 	$(PIP) install -q --no-deps --no-build-isolation --target $(LINTROOT) . 2>&1 | grep -v "is ignored" || true

@@ -60,17 +60,30 @@ def _cell(x, spec=".3f") -> str:
     return "–" if x is None else format(x, spec)
 
 
+def split_size(settings: dict) -> str:
+    """How many questions (and comments, where the run counted them) the report measured on."""
+    pairs = settings.get("n_pairs")
+    return f"{settings['dev_queries']} questions" + (f", {pairs} comments" if pairs is not None else "")
+
+
+def per_request(settings: dict) -> str:
+    """``top-100`` on SemEval's lists: the mean comments per dev question, as the bench report names a request."""
+    from r3edge.benchmarks.report import request_size
+
+    return request_size({"settings": {"n_queries": settings["dev_queries"], "n_pairs": settings.get("n_pairs")}})
+
+
 def markdown(results: dict, command: str) -> str:
     m = results["machine"]
     systems = results["systems"]
     head = ["system", "model", "accuracy", "macro F1", "F1 0/1/2", "AUC 0/12", "AUC 01/2", "nDCG@10",
-            "agreement w/ teacher", "KL(teacher‖sys)", "p50 ms / top-100", "latency source"]
+            "agreement w/ teacher", "KL(teacher‖sys)", f"p50 ms / {per_request(results['settings'])}", "latency source"]
     lines = [
         "# Fidelity on SemEval-2016 CQA (subtask C, dev)", "",
         f"Reproduce: `{command}`", "",
         f"Machine: {m['cpu']}, {m['cores_usable']} cores, {m['ram_gib']} GiB, "
         + (f"GPU {'; '.join(m['gpus'])}" if m.get("gpus") else "no GPU") + f"; {m['timestamp']}.", "",
-        f"Split: {results['split']} — {results['settings']['dev_queries']} questions x 100 comments, gold 0/1/2.", "",
+        f"Split: {results['split']} — {split_size(results['settings'])}, gold 0/1/2.", "",
         "| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|",
     ]
     for name, e in systems.items():
@@ -144,7 +157,7 @@ def plot(results: dict, path: Path) -> Path:
     ax.xaxis.set_major_formatter(ScalarFormatter())
     ax.xaxis.set_minor_formatter(ScalarFormatter())
     ax.set_ylim(0, 1.0)
-    ax.set_xlabel("p50 seconds per top-100 request (log)")
+    ax.set_xlabel(f"p50 seconds per {per_request(results['settings'])} request (log)")
     ax.set_ylabel("nDCG@10 vs gold (SemEval C dev)")
     ax.grid(True, which="both", alpha=0.3)
     ax.set_title(f"latency vs nDCG@10 (latency on {axis})" if axis else "latency vs nDCG@10", fontsize=9)

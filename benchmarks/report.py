@@ -22,9 +22,10 @@ SUBSET_HEADER = ["system", "variant", "accuracy", "macro F1", "AUC 0/12", "AUC 0
 
 
 def request_size(results: dict) -> str:
-    """``top-100`` for SemEval's lists: the mean candidates per request of the run, rounded."""
+    """``top-100`` for SemEval's lists: the mean candidates per request of the run, rounded ("request" where
+    the run did not count them)."""
     s = results["settings"]
-    return f"top-{round(s['n_pairs'] / s['n_queries'])}" if s.get("n_queries") else "request"
+    return f"top-{round(s['n_pairs'] / s['n_queries'])}" if s.get("n_queries") and s.get("n_pairs") else "request"
 
 
 def _fmt(x, spec: str = ".3f") -> str:

@@ -74,7 +74,7 @@ def test_results_have_the_issue_shape_and_the_report_files(tmp_path):
                "base-cosine (minilm)": {"model": "package:x", "ndcg@10": 0.45, "latency_source": "not timed"},
                **baselines(_queries(), (0, 1, 2))}
     results = {"split": "dev", "machine": {"cpu": "x", "cores_usable": 2, "ram_gib": 1, "gpus": [], "timestamp": "t"},
-               "settings": {"dev_queries": 2}, "systems": systems}
+               "settings": {"dev_queries": 2, "n_pairs": 7}, "systems": systems}
     results["goals"] = goals(results, "student")
     assert results["goals"]["student_ndcg_share_of_teacher"] == pytest.approx(0.8)
     assert results["goals"]["int8_minus_fp32_accuracy_points"] == pytest.approx(0.0)
@@ -95,6 +95,8 @@ def test_results_have_the_issue_shape_and_the_report_files(tmp_path):
     report = paths["report"].read_text()
     assert "r3edge fidelity --out x" in report and "| student |" in report and "majority (always 0)" in report
     assert "| base-cosine (minilm) | package:x |" in report and report.count("| student |") == 1
+    # the split's size is what the run measured on, counted, not SemEval's usual 50 x 100
+    assert "Split: dev — 2 questions, 7 comments, gold 0/1/2." in report and "| p50 ms / top-4 |" in report
     assert paths["plot"].stat().st_size > 1000
 
 
@@ -117,6 +119,22 @@ def test_semeval_c_questions_carry_their_related_questions_as_aux():
     c, plain = dev[0].candidates[0], raw[dev[0].qid].candidates[0]
     thread = next(t for t in related[dev[0].qid].candidates if t.docid == c.docid.rsplit("_", 1)[0])
     assert c.text == thread.text.split("\n", 1)[0].strip() + "\n" + plain.text
+
+
+@pytest.mark.realdata
+@pytest.mark.skipif(not (CQA / "subtaskC_dev.jsonl").is_file(), reason="../shared/data/semeval2016-cqa is absent")
+def test_fidelity_pairs_files_are_seeded_samples_kept_once_written(tmp_path):
+    """The three pairs files hold the asked-for seeded samples, and a rerun keeps them (the labels' pairs_sha256
+    and the questions measured stay the same), whatever it asks for."""
+    from r3edge.core.pairs import read_queries
+    from r3edge.distill.data.datasets import write_fidelity_pairs
+
+    files = [tmp_path / f"{name}.jsonl" for name in ("sft-gold", "train", "dev")]
+    dev = write_fidelity_pairs(CQA, *files, sft_queries=4, train_queries=3, dev_queries=2, seed=1)
+    assert [len(read_queries(f)) for f in files] == [4, 3, 2] and [q.qid for q in dev] == [q.qid for q in read_queries(files[2])]
+    before = [f.read_bytes() for f in files]
+    again = write_fidelity_pairs(CQA, *files, sft_queries=6, dev_queries=5, seed=2)
+    assert [f.read_bytes() for f in files] == before and [q.qid for q in again] == [q.qid for q in dev]
 
 
 @pytest.mark.slow

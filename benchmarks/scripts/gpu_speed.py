@@ -453,8 +453,8 @@ def write(out, meta, res):
         "**What this is and is not.** Speed only, with random weights: it says how fast these architectures "
         "run this workload on this GPU, nothing about ranking quality. The judges are timed with Hugging Face "
         "`transformers.generate` (eager, no torch.compile, no paged attention or continuous batching), **not "
-        "vLLM** or another serving engine, so they are an upper bound on judge latency; a tuned engine would be "
-        "several times faster. TFLOP/s counts useful work only (real tokens, the label rows or the generated "
+        "vLLM** or another serving engine, so they are an upper bound on judge latency (how much a serving engine "
+        "would take off was not measured here). TFLOP/s counts useful work only (real tokens, the label rows or the generated "
         "tokens' heads), not padding or the naive run's full-vocabulary logits.",
     ]
     (out / "gpu_speed.md").write_text("\n".join(lines) + "\n")
