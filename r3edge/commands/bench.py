@@ -50,7 +50,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
                      help="SemEval-2016 CQA folder: requests are subtask C dev questions (instead of --pairs)")
     src.add_argument("--questions", type=int, default=None, help="with --semeval: a seeded sample of N questions")
     src.add_argument("--comments", type=int, default=None,
-                     help="with --semeval: each question's first M comments by forum rank (default all 100)")
+                     help="with --semeval: each question's first M comments by forum rank (default: all of them)")
     src.add_argument("--seed", type=int, default=0, help="seed of the --questions sample")
     src.add_argument("--max-queries", type=int, default=None, help="use only the first N queries")
     stu = parser.add_argument_group("students")

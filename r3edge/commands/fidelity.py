@@ -58,7 +58,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
                              "labels' teacher is reported as a zero-shot judge (its model and config from the manifest)")
     parser.add_argument("--until", default=None, choices=["teacher", "label"],
                         help="stop after this stage (e.g. cold start and labels on a GPU machine, students on the CPU)")
-    parser.add_argument("--requests", type=int, default=10, help="top-100 requests per student variant for latency")
+    parser.add_argument("--requests", type=int, default=10,
+                        help="requests (one dev question's comments each) per student variant for latency")
     parser.add_argument("--variants", default="fp32,int8",
                         help="export variants of each student (r3edge export --variants); the first quantized one is the "
                              "int8 the goal compares with fp32 (int8-smooth is the variant the demo serves)")
