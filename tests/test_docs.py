@@ -109,6 +109,9 @@ def shown_commands() -> list[tuple[str, str]]:
             shown += [(doc.name, cmd) for cmd in shell_commands(code) if COMMAND.search(cmd)]
         prose = FENCE.sub("", text)
         shown += [(doc.name, span) for span in re.findall(r"`([^`\n]+)`", prose) if COMMAND.search(span)]
+    # serving.md's settings table: the flags in each row's first cell are `r3edge serve`'s
+    serving = (ROOT / "docs" / "serving.md").read_text(encoding="utf-8")
+    shown += [("serving.md", "r3edge serve " + cell) for cell in re.findall(r"^\| *(`--[^|]*)\|", serving, re.M)]
     return shown
 
 
