@@ -27,7 +27,7 @@ from pathlib import Path
 
 from r3edge.core.errors import InvalidInput, NotFound, R3EdgeError, require
 from r3edge.core.fileio import partial_dir, publish_dir
-from r3edge.core.scoring import SCORER_FILE, Scorer
+from r3edge.core.scoring import DEFAULT_OVERFLOW, SCORER_FILE, Scorer
 from r3edge.export.parity import load_pairs
 
 #: what the engine needs beyond the HF files: the scoring contract, restated for it
@@ -104,8 +104,9 @@ def export_seq_cls(student_dir: str | Path, out_dir: str | Path, *, calib_pairs:
             "template": {"head": spec.template.head, "mid": spec.template.mid, "tail": spec.template.tail},
             "max_query_tokens": spec.max_query_tokens, "max_doc_tokens": spec.max_doc_tokens,
             "max_total_tokens": spec.max_total_tokens,
-            "truncation": "the query is cut to its first max_query_tokens tokens; the document to its first "
-                          "min(max_doc_tokens, max_total_tokens - template - query) tokens; the template is never cut",
+            "overflow": f"{DEFAULT_OVERFLOW} (encode_batch's and render_batch's default; overflow='reject' refuses "
+                        "instead): the query is cut to its first max_query_tokens tokens; the document to its first "
+                        "min(max_doc_tokens, max_total_tokens - template - query) tokens; the template is never cut",
         },
         "output": "probs = softmax(logits) (temperature already folded in); relevance = sum(probs * label_values)",
         "check": {**check, "pairs_source": source},
@@ -173,7 +174,7 @@ def _check(torch, model, graph, scorer: Scorer, queries, docs, atol: float) -> d
     scoring graph / T; raises when they differ by more than ``atol``."""
     import numpy as np
 
-    enc = scorer.encode_batch(queries, docs, query_overflow="truncate")
+    enc = scorer.encode_batch(queries, docs)
     worst = 0.0
     with torch.no_grad():
         for e in enc:
@@ -201,8 +202,8 @@ max |Δ label logit| {engine['check']['max_abs_logit_diff']:.1e} on {engine['che
 ## The input (the scoring contract, `scorer.json`)
 
 The model was trained on `head + query + mid + document + tail`, each piece tokenised on its own
-(no special tokens added) and the ids concatenated; the query is cut to its first
-{inp['max_query_tokens']} tokens, the document to its first min({inp['max_doc_tokens']},
+(no special tokens added) and the ids concatenated; with the default `overflow: {DEFAULT_OVERFLOW}` the query
+is cut to its first {inp['max_query_tokens']} tokens, the document to its first min({inp['max_doc_tokens']},
 {inp['max_total_tokens']} - template - query) tokens; the template is never cut. Template pieces:
 
 ```json

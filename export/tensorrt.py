@@ -11,8 +11,11 @@ TensorRT's entropy calibrator on the ``--calib`` pairs, formatted by :class:`Sco
 server formats them and padded to the profile's calibration shape. The engine file is specific to
 the GPU model and TensorRT version that built it.
 
-An alternative that needs no engine file: ONNX Runtime's TensorRT execution provider
-(``r3edge serve --device tensorrt``, r3edge.core.onnx_runtime), which builds and caches engines itself.
+An alternative that needs no engine file: ONNX Runtime's TensorRT execution provider, which builds
+and caches engines itself. Today it is reachable from Python only, as
+``open_runtime(artifact, device="tensorrt")`` (r3edge.core.runtime_loader, r3edge.core.onnx_runtime).
+``r3edge serve`` has no ``--device`` flag yet (issue 46 adds it): it opens ONNX Runtime's CUDA
+provider when the installed onnxruntime has it, else the CPU, and never TensorRT.
 """
 
 from __future__ import annotations
@@ -54,7 +57,7 @@ def serving_profile(scorer: Scorer, typical_tokens: int | None = None) -> Profil
 def calibration_batches(scorer: Scorer, queries: Sequence[str], documents: Sequence[str], batch: int) -> list[dict]:
     """The calibration pairs as ``{input_ids, attention_mask}`` of exactly ``[batch, max_total_tokens]``
     (TensorRT calibrates at one shape); the last partial batch is dropped."""
-    enc = scorer.encode_batch(list(queries), list(documents), query_overflow="truncate")
+    enc = scorer.encode_batch(list(queries), list(documents))  # cut where the server cuts by default
     if len(enc) < batch:
         raise InvalidInput(f"{len(enc)} calibration pairs are fewer than one calibration batch of {batch}",
                            "pass more --calib pairs", field="calib_pairs")
@@ -104,7 +107,8 @@ def build_engine(onnx_path: str | Path, engine_path: str | Path, scorer: Scorer,
     serialized = builder.build_serialized_network(network, config)
     if serialized is None:
         raise R3EdgeError(f"TensorRT could not build a {precision} engine from {onnx_path} (see its log above)",
-                          "check the GPU and TensorRT version, or serve the graph with --device tensorrt")
+                          "check the GPU and TensorRT version, or run the graph on ONNX Runtime's TensorRT provider "
+                          "(open_runtime(artifact, device='tensorrt'))")
     engine_path = Path(engine_path)
     engine_path.write_bytes(bytes(serialized))
     log(f"[export] TensorRT {precision} engine {engine_path} ({engine_path.stat().st_size / 2**20:.1f} MiB), "

@@ -27,7 +27,16 @@ from pathlib import Path
 from r3edge.core.artifact import read_manifest
 from r3edge.core.errors import InvalidInput
 from r3edge.core.fileio import partial_dir, publish_dir
-from r3edge.core.scoring import DEFAULT_MAX_BATCH_SIZE, GPU_MAX_BATCH_TOKENS, SCORER_FILE, TOKENIZER_FILE, Scorer
+from r3edge.core.scoring import (
+    DEFAULT_MAX_BATCH_SIZE,
+    DEFAULT_OVERFLOW,
+    GPU_MAX_BATCH_TOKENS,
+    OVERFLOW,
+    SCORER_FILE,
+    TOKENIZER_FILE,
+    Overflow,
+    Scorer,
+)
 from r3edge.export.options import ExportOptions
 
 ENSEMBLE = "r3edge"
@@ -62,7 +71,7 @@ def serving_budget(max_total_tokens: int) -> dict:
 
 
 def build_triton_repository(artifact_dir: str | Path, out_dir: str | Path, *, variant: str | None = None,
-                            truncation: str = "truncate", log=print) -> Path:
+                            overflow: Overflow = DEFAULT_OVERFLOW, log=print) -> Path:
     """Write the repository for ``variant`` (an ONNX variant of the artifact; default: the manifest's
     default when it is an ONNX one, else fp32) plus the first OpenVINO IR variant, if any."""
     artifact, out = Path(artifact_dir), Path(out_dir)
@@ -74,8 +83,8 @@ def build_triton_repository(artifact_dir: str | Path, out_dir: str | Path, *, va
     if variant not in onnx_variants:
         raise InvalidInput(f"variant {variant!r} is not an ONNX variant of {artifact} ({', '.join(onnx_variants)})",
                            "pick one of those", field="variant")
-    if truncation not in ("truncate", "reject"):
-        raise InvalidInput(f"truncation={truncation!r}", "use truncate or reject", field="truncation")
+    if overflow not in OVERFLOW:
+        raise InvalidInput(f"overflow={overflow!r}", f"use one of {', '.join(OVERFLOW)}", field="overflow")
     spec = scorer.spec
     budget = serving_budget(spec.max_total_tokens)
     tmp = partial_dir(out)
@@ -86,7 +95,7 @@ def build_triton_repository(artifact_dir: str | Path, out_dir: str | Path, *, va
     for name in (SCORER_FILE, TOKENIZER_FILE, "manifest.json", "export_report.json"):
         if (artifact / name).is_file():
             shutil.copyfile(artifact / name, tok_dir / name)
-    _write(tmp / TOKENIZER, tokenizer_config(budget, spec.max_total_tokens, truncation))
+    _write(tmp / TOKENIZER, tokenizer_config(budget, spec.max_total_tokens, overflow))
 
     models = {SCORER: (variant, "onnxruntime")}
     ov = [v for v in manifest["variants"] if runtimes.get(v) == "openvino"]
@@ -106,7 +115,7 @@ def build_triton_repository(artifact_dir: str | Path, out_dir: str | Path, *, va
         _write(tmp / name, scorer_config(name, runtime, main, manifest, budget))
         ensemble = ENSEMBLE if runtime == "onnxruntime" else f"{ENSEMBLE}_openvino"
         _write(tmp / ensemble, ensemble_config(ensemble, name, manifest, budget))
-    (tmp / "README.md").write_text(_readme(models, spec, budget, truncation))
+    (tmp / "README.md").write_text(_readme(models, spec, budget, overflow))
     publish_dir(tmp, out)
     log(f"[export] triton repository {out}: {', '.join(sorted(p.name for p in out.iterdir() if p.is_dir()))}")
     return out
@@ -126,7 +135,7 @@ def _batching(budget: dict) -> str:
             f"  max_queue_delay_microseconds: {budget['max_queue_delay_microseconds']}\n}}\n")
 
 
-def tokenizer_config(budget: dict, width: int, truncation: str) -> str:
+def tokenizer_config(budget: dict, width: int, overflow: Overflow) -> str:
     return f"""name: "{TOKENIZER}"
 backend: "python"
 max_batch_size: {budget['max_batch_size']}
@@ -139,7 +148,7 @@ output [
   {{ name: "attention_mask" data_type: TYPE_INT64 dims: [ {width} ] }}
 ]
 {_batching(budget)}instance_group [ {{ kind: KIND_CPU count: {TOKENIZER_INSTANCES} }} ]
-parameters {{ key: "truncation" value: {{ string_value: "{truncation}" }} }}
+parameters {{ key: "overflow" value: {{ string_value: "{overflow}" }} }}
 parameters {{ key: "pad_to" value: {{ string_value: "{width}" }} }}
 """
 
@@ -196,7 +205,7 @@ ensemble_scheduling {{
 """
 
 
-def _readme(models: dict, spec, budget: dict, truncation: str) -> str:
+def _readme(models: dict, spec, budget: dict, overflow: Overflow) -> str:
     lines = "\n".join(f"| `{name}` | {v} | {rt} |" for name, (v, rt) in models.items())
     return f"""# r3edge student: Triton model repository
 
@@ -218,7 +227,7 @@ inputs `QUERY` and `DOCUMENT`, `TYPE_STRING`, shape `[n, 1]` (n <= {budget['max_
 * The tokenizer (`{TOKENIZER}/1/model.py`) imports `r3edge.core.scoring`: install r3edge (torch-free core:
   tokenizers, numpy) in the Python backend's environment. It pads every pair to max_total_tokens
   ({spec.max_total_tokens}) so that requests share one shape and the scorer's dynamic batcher can merge them;
-  over-long input is handled by `truncation: {truncation}`.
+  over-long input follows its `overflow` parameter: `{overflow}` (`truncate` cuts, `reject` fails that request).
 * Scorer batching, from the scoring contract's serving budget: max_batch_size {budget['max_batch_size']},
   preferred batch sizes {budget['preferred_batch_size']} (pairs of {spec.max_total_tokens} tokens filling
   {GPU_MAX_BATCH_TOKENS} padded tokens), max_queue_delay_microseconds {budget['max_queue_delay_microseconds']}

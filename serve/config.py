@@ -16,9 +16,19 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from r3edge.core.config import resolve_config, validated
-from r3edge.core.scoring import DEFAULT_MAX_BATCH_SIZE, DEFAULT_MAX_BATCH_TOKENS, GPU_MAX_BATCH_TOKENS, Overflow
+from r3edge.core.errors import InvalidInput
+from r3edge.core.scoring import (
+    DEFAULT_MAX_BATCH_SIZE,
+    DEFAULT_MAX_BATCH_TOKENS,
+    DEFAULT_OVERFLOW,
+    GPU_MAX_BATCH_TOKENS,
+    Overflow,
+)
 
 ENV_PREFIX = "R3EDGE_"
+#: Settings that were renamed: the old name in a flag, an env variable or the YAML file is an error naming
+#: the new one (never silently ignored, which an env variable of an unknown name would be).
+RENAMED = {"truncation": "overflow"}
 
 
 class ServeConfig(BaseModel):
@@ -39,9 +49,9 @@ class ServeConfig(BaseModel):
                                 "CPUs this process may use, shared among the workers")
     prefix_reuse: bool = Field(True, description="score a causal student's shared prefix (template head + query) once "
                                "per request when the artifact has prefix-reuse graphs (`r3edge export --prefix-reuse`)")
-    max_batch_tokens: int | None = Field(None, ge=1, description="padded-token budget of one micro-batch; unset: "
-                                         f"{DEFAULT_MAX_BATCH_TOKENS} (measured fastest on CPU), {GPU_MAX_BATCH_TOKENS} "
-                                         "when the session runs on a GPU provider")
+    max_batch_tokens: int | None = Field(None, ge=1, description="padded-token budget of one micro-batch; unset: the "
+                                         f"runtime's own ({DEFAULT_MAX_BATCH_TOKENS} on CPU, {GPU_MAX_BATCH_TOKENS} when "
+                                         "its session runs on a GPU provider)")
     max_batch_size: int = Field(DEFAULT_MAX_BATCH_SIZE, ge=1, description="pairs in one micro-batch at most")
     max_batch_wait_s: float = Field(0.002, ge=0, description="seconds a micro-batch may wait for more pairs (of any "
                                     "request) when the queue holds less than its budget")
@@ -51,8 +61,9 @@ class ServeConfig(BaseModel):
     max_candidates: int = Field(1000, ge=1, description="candidates in one request at most")
     max_concurrent_requests: int = Field(512, ge=1, description="requests admitted at once (queued or scoring); more -> "
                                          "RESOURCE_EXHAUSTED")
-    truncation: Overflow = Field("truncate", description="a query or document over the scoring contract's budget: "
-                                 "'truncate' cuts it (the response says which) or 'reject' refuses the request")
+    overflow: Overflow = Field(DEFAULT_OVERFLOW, description="a query or document over the scoring contract's budget: "
+                               "'truncate' cuts it to its first tokens (the response says which) or 'reject' refuses "
+                               "the request naming it")
     max_message_mb: int = Field(32, ge=1, description="largest request message in MiB")
     grace_period_s: float = Field(10.0, ge=0, description="seconds in-flight requests get to finish on shutdown")
     prestop_delay_s: float = Field(0.0, ge=0, description="on SIGTERM, seconds to keep serving while health reports "
@@ -102,5 +113,9 @@ class ServeConfig(BaseModel):
             if cls.env_name(name) in env:
                 values[name] = env[cls.env_name(name)]
         values.update({k: v for k, v in flags.items() if v is not None and k in cls.model_fields})
+        for old, new in RENAMED.items():
+            if old in values or cls.env_name(old) in env or flags.get(old) is not None:
+                raise InvalidInput(f"serve setting '{old}' is now called '{new}'",
+                                   f"use --{new.replace('_', '-')} / {cls.env_name(new)} / the YAML key {new}", field=new)
         return validated(cls, values, lambda field: (
             f"serve setting '{field}'", f"fix --{field.replace('_', '-')} / {cls.env_name(field)} / the YAML key"))

@@ -152,13 +152,14 @@ class _Job:
 class Engine:
     """The queue, the batcher thread and admission around one runtime (see the module docstring)."""
 
-    def __init__(self, runtime, metrics: ServeMetrics, *, max_batch_tokens: int, max_batch_size: int,
+    def __init__(self, runtime, metrics: ServeMetrics, *, max_batch_tokens: int | None, max_batch_size: int,
                  max_batch_wait_s: float, max_queue_delay_s: float, max_concurrent_requests: int,
                  max_candidates: int, overflow: Overflow, prefix_reuse: bool = True, workers: int = 1):
         self.runtime = runtime
         self.scorer = runtime.scorer
         self.metrics = metrics
-        self.max_batch_tokens = max_batch_tokens
+        # the device's budget is the runtime's (DESIGN: the engine only reads it); a configured one wins
+        self.max_batch_tokens = max_batch_tokens or runtime.max_batch_tokens
         self.max_batch_size = max_batch_size
         self.max_batch_wait_s = max_batch_wait_s
         self.max_queue_delay_s = max_queue_delay_s
@@ -199,10 +200,10 @@ class Engine:
         traffic from the first micro-batch on."""
         spec = self.scorer.spec
         longest = self.scorer.encode_batch(["warm " * spec.max_query_tokens], ["up " * spec.max_total_tokens],
-                                           query_overflow="truncate")[0]
+                                           overflow="truncate")[0]
         with ThreadPoolExecutor(self.workers, thread_name_prefix="r3edge-warm-up") as pool:
             list(pool.map(lambda _: self._warm_batch(longest), range(self.workers)))
-        pair = self.scorer.encode_batch(["warm up the runtime"], ["word " * 24], query_overflow="truncate")[0]
+        pair = self.scorer.encode_batch(["warm up the runtime"], ["word " * 24], overflow="truncate")[0]
         for _ in range(3):  # the last call is the steady state
             t = time.perf_counter()
             n = self._warm_batch(pair)
@@ -351,8 +352,7 @@ class Engine:
         if validate is not None:
             validate()
         docs = list(docs)
-        return self.scorer.encode_batch([query] * len(docs), docs, query_overflow=self.overflow,
-                                        doc_overflow=self.overflow, doc_field=doc_field)
+        return self.scorer.encode_batch([query] * len(docs), docs, overflow=self.overflow, doc_field=doc_field)
 
     def _count_truncation(self, job: _Job) -> None:
         if job.query_truncated:

@@ -218,7 +218,7 @@ class RerankerService:
             limits=pb2.Limits(max_candidates=cfg.max_candidates, max_batch_tokens=engine.max_batch_tokens,
                               max_batch_size=cfg.max_batch_size, max_concurrent_requests=cfg.max_concurrent_requests,
                               max_queue_delay_ms=cfg.max_queue_delay_s * 1e3, max_batch_wait_ms=cfg.max_batch_wait_s * 1e3,
-                              truncation=cfg.truncation, workers=engine.workers),
+                              overflow=cfg.overflow, workers=engine.workers),
             torch_loaded="torch" in sys.modules,
             runtime_info_json=json.dumps(info, default=str),
         )

@@ -33,7 +33,7 @@ Decisions:
 * **model.** One server serves one model: a request naming another model is still scored by the
   served one (re-rank stages send a default model name such as ``rerank-english-v3.0``; refusing it
   would break them), with a warning in ``meta.warnings``; the response's ``model`` says what scored.
-* **Truncation.** Over-long queries and documents follow the server's ``--truncation`` policy (the
+* **Truncation.** Over-long queries and documents follow the server's ``--overflow`` policy (the
   scoring contract's budget: ``max_query_tokens``, ``max_doc_tokens``, ``max_total_tokens`` of
   ``scorer.json``): cut (``truncated`` per result, ``meta.truncated_documents``,
   ``meta.query_truncated`` and a warning say which) or refused with 400. ``max_tokens_per_doc`` is

@@ -24,7 +24,6 @@ from r3edge.core.artifact import Runtime
 from r3edge.core.errors import Unavailable
 from r3edge.core.hardware import usable_cores
 from r3edge.core.runtime_loader import open_runtime
-from r3edge.core.scoring import default_max_batch_tokens
 from r3edge.serve import security
 from r3edge.serve.config import ServeConfig
 from r3edge.serve.engine import Engine, lower_priority
@@ -112,12 +111,11 @@ class RerankServer:
             # opened and warmed up in a low-priority thread: the runtime's workers inherit its priority
             with ThreadPoolExecutor(1, thread_name_prefix="r3edge-load", initializer=lower_priority) as loader:
                 runtime = self._runtime or await loop.run_in_executor(loader, load_runtime_for, cfg)
-                engine = Engine(runtime, self.metrics, max_batch_tokens=cfg.max_batch_tokens
-                                or default_max_batch_tokens(getattr(runtime, "providers", ())),
+                engine = Engine(runtime, self.metrics, max_batch_tokens=cfg.max_batch_tokens,
                                 max_batch_size=cfg.max_batch_size, max_batch_wait_s=cfg.max_batch_wait_s,
                                 max_queue_delay_s=cfg.max_queue_delay_s,
                                 max_concurrent_requests=cfg.max_concurrent_requests, max_candidates=cfg.max_candidates,
-                                overflow=cfg.truncation, prefix_reuse=cfg.prefix_reuse, workers=workers_for(cfg))
+                                overflow=cfg.overflow, prefix_reuse=cfg.prefix_reuse, workers=workers_for(cfg))
                 await loop.run_in_executor(loader, engine.start)
         except BaseException:
             await self._close_ports()  # never leave a bound port that can only say NOT_SERVING

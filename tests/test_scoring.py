@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from tokenizers import Tokenizer
 
-from r3edge.core.errors import R3EdgeError
+from r3edge.core.errors import InvalidInput, R3EdgeError
 from r3edge.core.scoring import PromptTemplate, Scorer, ScorerSpec, default_max_batch_tokens, plan_batches, score_pairs
 
 
@@ -45,9 +45,21 @@ def test_document_is_cut_query_and_tail_never(scorer):
     assert scorer.tokenizer.decode(enc.input_ids).count("a short query") == 1
 
 
-def test_query_over_budget_is_an_error_not_a_cut(scorer):
-    with pytest.raises(R3EdgeError, match="max_query_tokens"):
-        scorer.encode("why " * 500, "doc")
+def test_query_over_budget_is_cut_by_default_and_refused_on_request(scorer):
+    """The one overflow policy: the default cuts a long query to its first max_query_tokens tokens;
+    overflow="reject" refuses it naming the field, and a long document the same way."""
+    enc = scorer.encode("why " * 500, "doc")
+    n = len(scorer.tokenizer.encode("why " * 500, add_special_tokens=False).ids)
+    assert enc.query_tokens_dropped == n - scorer.spec.max_query_tokens > 0
+    with pytest.raises(InvalidInput, match="max_query_tokens") as err:
+        scorer.encode_batch(["why " * 500], ["doc"], overflow="reject")
+    assert err.value.field == "query"
+    with pytest.raises(InvalidInput, match="tokens") as err:
+        scorer.encode_batch(["q", "q"], ["a", "pizza " * 1000], overflow="reject")
+    assert err.value.field == "documents[1]"
+    with pytest.raises(InvalidInput, match="overflow") as err:
+        scorer.encode_batch(["q"], ["d"], overflow="shorten")
+    assert err.value.field == "overflow"
 
 
 @pytest.mark.slow
@@ -130,16 +142,16 @@ def test_score_pairs_returns_input_order(scorer):
     assert len(seen) >= 3
 
 
-def test_score_pairs_refuses_a_long_query_unless_told_to_cut_it_as_the_server_does(scorer):
+def test_score_pairs_cuts_a_long_query_by_default_and_refuses_it_on_request(scorer):
     def run_batch(ids, mask):
         lengths = mask.sum(1)
         return np.stack([lengths, -lengths, np.zeros_like(lengths)], 1).astype(np.float32)
 
     long_query = "why " * (scorer.spec.max_query_tokens + 20)
     with pytest.raises(R3EdgeError, match="max_query_tokens"):
-        score_pairs(scorer, run_batch, [long_query], ["a post"])
-    out = score_pairs(scorer, run_batch, [long_query, "q"], ["a post", "a post"], query_overflow="truncate")
-    cut = scorer.encode_batch([long_query], ["a post"], query_overflow="truncate")[0]
+        score_pairs(scorer, run_batch, [long_query], ["a post"], overflow="reject")
+    out = score_pairs(scorer, run_batch, [long_query, "q"], ["a post", "a post"])
+    cut = scorer.encode_batch([long_query], ["a post"])[0]
     assert out[0, 0] == len(cut.input_ids)
     q_tokens = len(scorer.tokenizer.encode("q", add_special_tokens=False).ids)
     assert out[0, 0] - out[1, 0] == scorer.spec.max_query_tokens - q_tokens  # cut to the budget, no further

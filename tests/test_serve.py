@@ -146,9 +146,10 @@ def test_empty_and_whitespace_candidates_are_scored_like_any_text(server, client
     np.testing.assert_allclose([got[i] for i in range(100)], score, atol=1e-5)
 
 
-def test_long_query_is_truncated_and_reported(server, client):
-    """A query over max_query_tokens is cut to it (the scoring contract's cut: its first tokens) and the
-    response says so; the scores equal the artifact's on the cut query."""
+def test_long_query_gets_the_one_default_in_process_and_served(server, client):
+    """One overflow default for the library and the server: a query over max_query_tokens, sent to a
+    server started with no overflow setting, is cut to its first tokens and the response says so, and
+    the scores equal the artifact's on the pairs the library encodes by default (no overflow argument)."""
     spec = server.runtime.scorer.spec
     tok = server.runtime.scorer.tokenizer
     long_query = " ".join(["why does my sourdough starter smell"] * 60)
@@ -159,7 +160,7 @@ def test_long_query_is_truncated_and_reported(server, client):
     assert resp.query_truncated and not client.rerank_raw(QUERY, cands, top_k=0).query_truncated
     from r3edge.core.scoring import score_encoded
 
-    enc = server.runtime.scorer.encode_batch([long_query] * 5, [t for _, t in cands], query_overflow="truncate")
+    enc = server.runtime.scorer.encode_batch([long_query] * 5, [t for _, t in cands])  # the library's default
     assert enc[0].query_tokens_dropped == len(ids) - spec.max_query_tokens
     head = tok.encode(spec.template.head, add_special_tokens=False).ids
     assert enc[0].prefix[len(head): len(head) + spec.max_query_tokens] == ids[: spec.max_query_tokens]  # its first tokens
@@ -179,7 +180,7 @@ def test_reject_policy_names_the_field(tiny_artifact):
     from r3edge.serve.config import ServeConfig
     from r3edge.serve.server import BackgroundServer
 
-    cfg = ServeConfig(artifact=str(tiny_artifact), port=0, truncation="reject")
+    cfg = ServeConfig(artifact=str(tiny_artifact), port=0, overflow="reject")
     with BackgroundServer(cfg) as srv, RerankerClient(srv.target, timeout=120) as c:
         c.wait_ready(60)
         with pytest.raises(grpc.RpcError) as err:
@@ -188,7 +189,7 @@ def test_reject_policy_names_the_field(tiny_artifact):
         with pytest.raises(grpc.RpcError) as err:
             c.rerank_raw(QUERY, [("a", "x"), ("b", "word " * 2000)], top_k=0)
         assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
-        assert err.value.details().startswith("candidates[1].text is ") and "--truncation truncate" in err.value.details()
+        assert err.value.details().startswith("candidates[1].text is ") and "--overflow truncate" in err.value.details()
 
 
 def test_corrupt_body_is_invalid_argument_in_one_log_line(server, client, caplog):
@@ -487,6 +488,28 @@ def test_warm_up_runs_the_longest_pairs_on_every_worker_at_once(tiny_artifact, w
     assert engine.s_per_token > 0
 
 
+def test_the_engine_reads_the_runtimes_batch_budget_unless_one_is_configured(tiny_artifact):
+    """One home for the micro-batch budget: the runtime's own (default_max_batch_tokens of the providers
+    its session opened); the engine takes it when --max-batch-tokens is unset, and a configured one wins."""
+    from r3edge.core.runtime_loader import open_runtime
+    from r3edge.core.scoring import DEFAULT_MAX_BATCH_TOKENS, GPU_MAX_BATCH_TOKENS, default_max_batch_tokens
+    from r3edge.serve.engine import Engine
+    from r3edge.serve.metrics import ServeMetrics
+
+    runtime = open_runtime(tiny_artifact, "fp32", threads=1)
+    assert runtime.providers == ["CPUExecutionProvider"] and runtime.max_batch_tokens == DEFAULT_MAX_BATCH_TOKENS
+
+    def engine(budget):
+        return Engine(runtime, ServeMetrics(), max_batch_tokens=budget, max_batch_size=8, max_batch_wait_s=0.0,
+                      max_queue_delay_s=1.0, max_concurrent_requests=8, max_candidates=10, overflow="truncate")
+
+    assert engine(None).max_batch_tokens == DEFAULT_MAX_BATCH_TOKENS
+    runtime.max_batch_tokens = default_max_batch_tokens(["CUDAExecutionProvider", "CPUExecutionProvider"])
+    assert engine(None).max_batch_tokens == GPU_MAX_BATCH_TOKENS  # what a session on a GPU provider prefers
+    assert engine(1000).max_batch_tokens == 1000
+    runtime.close()
+
+
 def test_two_workers_by_default_and_never_more_than_the_cpus(tiny_artifact, monkeypatch):
     from r3edge.serve import server
     from r3edge.serve.config import ServeConfig
@@ -625,7 +648,7 @@ def test_drain_keeps_serving_through_the_prestop_delay(tiny_artifact):
 
 
 def test_config_flags_env_and_file(tmp_path):
-    from r3edge.core.errors import R3EdgeError
+    from r3edge.core.errors import InvalidInput, R3EdgeError
     from r3edge.serve.config import ServeConfig
 
     yml = tmp_path / "r3edge.serve.yaml"
@@ -636,8 +659,15 @@ def test_config_flags_env_and_file(tmp_path):
     assert ServeConfig.resolve({"artifact": "/b"}, env={}).max_candidates == 1000
     with pytest.raises(R3EdgeError, match="max_queue_delay_s"):
         ServeConfig.resolve({"artifact": "/b"}, env={"R3EDGE_MAX_QUEUE_DELAY_S": "lots"})
-    with pytest.raises(R3EdgeError, match="truncation"):
-        ServeConfig.resolve({"artifact": "/b", "truncation": "shorten"}, env={})
+    with pytest.raises(R3EdgeError, match="overflow"):
+        ServeConfig.resolve({"artifact": "/b", "overflow": "shorten"}, env={})
+    # the old name of the overflow setting, from a flag, the environment or the file: an error naming the new one
+    yml.write_text("truncation: reject\n")
+    for flags, env, file in (({"truncation": "reject"}, {}, None), ({}, {"R3EDGE_TRUNCATION": "reject"}, None),
+                             ({}, {}, yml)):
+        with pytest.raises(InvalidInput, match="now called 'overflow'") as err:
+            ServeConfig.resolve({"artifact": "/b", **flags}, env=env, config_file=file)
+        assert err.value.field == "overflow" and "R3EDGE_OVERFLOW" in err.value.fix
 
 
 def test_cli_serve_subprocess_is_torch_free_and_stops_gracefully(tiny_artifact, sample_pairs_file, capsys):
@@ -656,7 +686,8 @@ def test_cli_serve_subprocess_is_torch_free_and_stops_gracefully(tiny_artifact, 
             info = c.model_info()
             assert info.torch_loaded is False
             assert info.variant == "int8" and info.limits.max_candidates == 500
-            assert info.limits.max_batch_tokens == 512  # unset: the CPU budget (a GPU provider would get 8192)
+            assert info.limits.max_batch_tokens == 512  # unset: the runtime's, a CPU session's (a GPU one's is 8192)
+            assert info.limits.overflow == "truncate"  # unset: the library's default
         assert main(["rerank", "--target", f"127.0.0.1:{port}", "--pairs", str(sample_pairs_file),
                      "--qid", "q2", "--top-k", "2"]) == 0
         out = capsys.readouterr().out

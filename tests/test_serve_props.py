@@ -236,19 +236,19 @@ def _mutate(body: bytes, flips: list[tuple[int, int]], keep: int) -> bytes:
 
 @pytest.fixture(scope="module")
 def reject_stub(tiny_artifact):
-    """The same artifact served with --truncation reject."""
+    """The same artifact served with --overflow reject."""
     from r3edge.api import pb2_grpc
     from r3edge.serve.config import ServeConfig
     from r3edge.serve.server import BackgroundServer
 
-    srv = BackgroundServer(ServeConfig(artifact=str(tiny_artifact), port=0, variant="fp32", truncation="reject")).start()
+    srv = BackgroundServer(ServeConfig(artifact=str(tiny_artifact), port=0, variant="fp32", overflow="reject")).start()
     with grpc.insecure_channel(f"127.0.0.1:{srv.server.port}") as ch:
         yield pb2_grpc.RerankerStub(ch)
     srv.stop()
 
 
 def test_reject_policy_refuses_exactly_what_truncate_would_cut(stub, reject_stub):
-    """--truncation reject answers INVALID_ARGUMENT naming the over-long part exactly when the
+    """--overflow reject answers INVALID_ARGUMENT naming the over-long part exactly when the
     truncating server reports a cut, and otherwise the same scores."""
     import re
 

@@ -201,7 +201,7 @@ def test_python_backend_tokenises_like_the_artifact_and_scores_like_it(repo, mon
     mask = np.concatenate([get(r, "attention_mask").as_numpy() for r in responses])
     scorer = Scorer.load(repo / TOKENIZER / "1")
     assert ids.shape == mask.shape == (len(QUERIES), scorer.spec.max_total_tokens) and ids.dtype == np.int64
-    enc = scorer.encode_batch(QUERIES, DOCS, query_overflow="truncate")
+    enc = scorer.encode_batch(QUERIES, DOCS)
     for row, m, e in zip(ids, mask, enc, strict=True):
         assert row[m == 1].tolist() == e.input_ids  # left padding: the pair's own ids, then nothing
     assert enc[len(QUERIES) - 3].doc_tokens_dropped > 0  # the long document was cut, as the server cuts it
@@ -217,7 +217,7 @@ def test_python_backend_tokenises_like_the_artifact_and_scores_like_it(repo, mon
 
 
 def test_python_backend_rejects_only_the_overlong_request(repo, monkeypatch):
-    model = _load_model(repo, monkeypatch, truncation="reject")
+    model = _load_model(repo, monkeypatch, overflow="reject")
     ok, bad = model.execute([_request(QUERIES[:2], DOCS[:2]), _request(["q"], [LONG_DOC])])
     assert not ok.has_error() and bad.has_error()
     assert "documents[0]" in bad.error().message() and "tokens" in bad.error().message()

@@ -101,14 +101,14 @@ class ModelInfoRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class Limits(_message.Message):
-    __slots__ = ("max_candidates", "max_batch_tokens", "max_batch_size", "max_concurrent_requests", "max_queue_delay_ms", "max_batch_wait_ms", "truncation", "workers")
+    __slots__ = ("max_candidates", "max_batch_tokens", "max_batch_size", "max_concurrent_requests", "max_queue_delay_ms", "max_batch_wait_ms", "overflow", "workers")
     MAX_CANDIDATES_FIELD_NUMBER: _ClassVar[int]
     MAX_BATCH_TOKENS_FIELD_NUMBER: _ClassVar[int]
     MAX_BATCH_SIZE_FIELD_NUMBER: _ClassVar[int]
     MAX_CONCURRENT_REQUESTS_FIELD_NUMBER: _ClassVar[int]
     MAX_QUEUE_DELAY_MS_FIELD_NUMBER: _ClassVar[int]
     MAX_BATCH_WAIT_MS_FIELD_NUMBER: _ClassVar[int]
-    TRUNCATION_FIELD_NUMBER: _ClassVar[int]
+    OVERFLOW_FIELD_NUMBER: _ClassVar[int]
     WORKERS_FIELD_NUMBER: _ClassVar[int]
     max_candidates: int
     max_batch_tokens: int
@@ -116,9 +116,9 @@ class Limits(_message.Message):
     max_concurrent_requests: int
     max_queue_delay_ms: float
     max_batch_wait_ms: float
-    truncation: str
+    overflow: str
     workers: int
-    def __init__(self, max_candidates: _Optional[int] = ..., max_batch_tokens: _Optional[int] = ..., max_batch_size: _Optional[int] = ..., max_concurrent_requests: _Optional[int] = ..., max_queue_delay_ms: _Optional[float] = ..., max_batch_wait_ms: _Optional[float] = ..., truncation: _Optional[str] = ..., workers: _Optional[int] = ...) -> None: ...
+    def __init__(self, max_candidates: _Optional[int] = ..., max_batch_tokens: _Optional[int] = ..., max_batch_size: _Optional[int] = ..., max_concurrent_requests: _Optional[int] = ..., max_queue_delay_ms: _Optional[float] = ..., max_batch_wait_ms: _Optional[float] = ..., overflow: _Optional[str] = ..., workers: _Optional[int] = ...) -> None: ...
 
 class ModelInfoResponse(_message.Message):
     __slots__ = ("artifact", "variant", "runtime", "label_tokens", "label_values", "max_query_tokens", "max_doc_tokens", "max_total_tokens", "scorer_fingerprint", "limits", "torch_loaded", "runtime_info_json")

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from r3edge.core.errors import FormatError, InvalidInput, NotFound, check_format_version
-from r3edge.core.scoring import Scorer
+from r3edge.core.scoring import DEFAULT_MAX_BATCH_TOKENS, Scorer
 
 MANIFEST_FILE = "manifest.json"
 #: Written into every artifact manifest; readers refuse any other value.
@@ -62,10 +62,13 @@ class Runtime(ABC):
 
     * ``scorer`` — :class:`r3edge.core.scoring.Scorer` loaded from the artifact (or student) directory.
     * ``name`` — short human label, e.g. ``"onnxruntime-cpu:int8"`` or ``"torch-cpu:fp32"``.
+    * ``max_batch_tokens`` — the padded-token budget of one micro-batch on the device it opened
+      (:func:`r3edge.core.scoring.default_max_batch_tokens`); the server's engine reads it.
     """
 
     scorer: Scorer
     name: str
+    max_batch_tokens: int = DEFAULT_MAX_BATCH_TOKENS
 
     @abstractmethod
     def label_logits(self, input_ids: np.ndarray, attention_mask: np.ndarray) -> np.ndarray:

@@ -18,6 +18,7 @@ import numpy as np
 from r3edge.core.artifact import INPUT_NAMES, OUTPUT_NAME, Runtime, check_inputs, open_variant
 from r3edge.core.errors import FormatError, InvalidInput, MissingDependency, require
 from r3edge.core.onnx_prefix import OnnxPrefixRunner, prefix_files
+from r3edge.core.scoring import default_max_batch_tokens
 
 DEVICES = ("auto", "cpu", "cuda", "tensorrt")
 
@@ -119,6 +120,7 @@ class OnnxRuntime(Runtime):
 
         self.session = make_session(self.model_path)
         self.providers = self.session.get_providers()
+        self.max_batch_tokens = default_max_batch_tokens(self.providers)  # what the session opened, not what was asked
         self._check_contract()
         # A causal student's prefix-reuse graphs, when the artifact has them for this variant:
         # score_pairs(..., prefix=runtime.prefix) runs the shared prefix once per request.

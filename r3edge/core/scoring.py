@@ -10,11 +10,9 @@ cross-encoder (``head: classifier``) the pieces are ``[CLS]``, ``[SEP]`` and ``[
 the ids of BERT's own pair encoding; for a bi-encoder student (``head: cosine``) they are ``[CLS]``,
 ``[SEP][CLS]`` and ``[SEP]``, two single-text encodings side by side. Each piece is tokenised on its own and the ids are concatenated,
 so the document can be cut on a token boundary while the query and the tail stay whole. What
-happens to input over its budget is the caller's policy (:data:`OVERFLOW`): training and evaluation
-cut documents and refuse an over-long query (a label learnt on a cut query would be a label for a
-different question); the server cuts both by default (forum questions often run past the query
-budget, and refusing a whole top-100 for it helps nobody) and reports what it cut. Either way the
-cut is the same one: the first tokens are kept, on a token boundary.
+happens to input over its budget is one policy, ``overflow`` (:data:`DEFAULT_OVERFLOW`, which says
+why it cuts by default), the same for the library and the server; a cut keeps the first tokens, on a
+token boundary.
 """
 
 from __future__ import annotations
@@ -232,10 +230,26 @@ class Encoded:
         return self.input_ids[self.prefix_len :]
 
 
-#: What to do with a query or document over its token budget: cut it (keep the first tokens) or
-#: refuse it with an :class:`InvalidInput` naming the field.
+#: What to do with a query or document over its token budget: cut it (keep its first tokens) or
+#: refuse it with an :class:`InvalidInput` naming the field. One policy, ``overflow``, for both parts.
 Overflow = Literal["truncate", "reject"]
 OVERFLOW: tuple[Overflow, ...] = ("truncate", "reject")
+#: The one default of ``overflow``: :meth:`Scorer.encode_batch`, :func:`score_pairs`, training,
+#: evaluation, export parity, the benchmarks, ``r3edge serve --overflow`` and the Triton tokenizer all
+#: take it from here, so a long pair is formatted the same way in every one of them (no train/serve
+#: skew through the policy).
+#:
+#: Why cut rather than refuse: a reranker sits behind a first stage that has already accepted the
+#: query (a RAG pipeline, a search box); refusing it fails the user's whole request, while cutting keeps
+#: the query's first ``max_query_tokens`` tokens and says so in every answer (``query_truncated``,
+#: each result's ``truncated``, ``r3edge_truncated_total``), so nothing is cut silently. Real queries
+#: run past the budget: the demo student's is 48 tokens and SemEval questions are longer
+#: (benchmarks/results/base-preservation-demo-xeon-2core/README.md). The order of
+#: contract 3 holds either way: the document gives way to the query (it gets what the query leaves of
+#: ``max_total_tokens``) and the template's scoring tail is never cut. ``"reject"`` is for callers that
+#: must not score a cut text (an evaluation that wants whole queries, a client that splits documents
+#: itself).
+DEFAULT_OVERFLOW: Overflow = "truncate"
 
 
 def _load_tokenizer(path: Path):
@@ -374,28 +388,29 @@ class Scorer:
     def encode(self, query: str, document: str) -> Encoded:
         return self.encode_batch([query], [document])[0]
 
-    def encode_batch(self, queries: Sequence[str], documents: Sequence[str], *, query_overflow: Overflow = "reject",
-                     doc_overflow: Overflow = "truncate", doc_field: str = "documents[{}]") -> list[Encoded]:
+    def encode_batch(self, queries: Sequence[str], documents: Sequence[str], *, overflow: Overflow = DEFAULT_OVERFLOW,
+                     doc_field: str = "documents[{}]") -> list[Encoded]:
         """Token ids for each pair; the tail is never cut.
 
-        A query over ``max_query_tokens`` is refused (``query_overflow="reject"``, the default of
-        training and evaluation) or cut to it; a document over what the query leaves of the budget is
-        cut (``doc_overflow="truncate"``, the default) or refused, its field named by
-        ``doc_field.format(i)``. :attr:`Encoded.query_tokens_dropped` / ``doc_tokens_dropped`` say
-        what a cut removed.
+        A query over ``max_query_tokens``, or a document over what the query leaves of the budget, is
+        cut to it (``overflow="truncate"``, :data:`DEFAULT_OVERFLOW`) or refused (``"reject"``: an
+        :class:`InvalidInput` naming ``query`` or ``doc_field.format(i)``).
+        :attr:`Encoded.query_tokens_dropped` / ``doc_tokens_dropped`` say what a cut removed.
         """
+        if overflow not in OVERFLOW:
+            raise InvalidInput(f"overflow={overflow!r}", f"use one of {', '.join(OVERFLOW)}", field="overflow")
         if len(queries) != len(documents):
             raise ValueError("queries and documents differ in length")
         spec = self.spec
         uniq = list(dict.fromkeys(queries))
         q_full = dict(zip(uniq, (e.ids for e in self._text_tokenizer.encode_batch(uniq, add_special_tokens=False))))
         for q, qi in q_full.items():
-            if len(qi) > spec.max_query_tokens and query_overflow == "reject":
+            if len(qi) > spec.max_query_tokens and overflow == "reject":
                 raise InvalidInput(
                     f"query is {len(qi)} tokens, over max_query_tokens={spec.max_query_tokens} "
                     f"(query starts {q[:60]!r})",
                     "shorten the query, raise max_query_tokens in the student config and retrain, "
-                    "or let the server truncate it (--truncation truncate)",
+                    "or let it be cut (overflow truncate, the default; r3edge serve --overflow truncate)",
                     field="query",
                 )
         d_encs = self._text_tokenizer.encode_batch(list(documents), add_special_tokens=False)
@@ -403,11 +418,12 @@ class Scorer:
         for i, (q, d) in enumerate(zip(queries, d_encs)):
             qi = q_full[q][: spec.max_query_tokens]
             budget = min(spec.max_doc_tokens, spec.max_total_tokens - self.fixed_tokens - len(qi))
-            if len(d.ids) > budget and doc_overflow == "reject":
+            if len(d.ids) > budget and overflow == "reject":
                 raise InvalidInput(
                     f"{doc_field.format(i)} is {len(d.ids)} tokens, over the {budget} this query leaves it "
                     f"(max_doc_tokens={spec.max_doc_tokens}, max_total_tokens={spec.max_total_tokens})",
-                    "shorten or split the document, or let the server truncate it (--truncation truncate)",
+                    "shorten or split the document, or let it be cut (overflow truncate, the default; "
+                    "r3edge serve --overflow truncate)",
                     field=doc_field.format(i),
                 )
             di = d.ids[:budget]
@@ -504,25 +520,28 @@ def softmax(x: np.ndarray) -> np.ndarray:
     return e / e.sum(axis=-1, keepdims=True)
 
 
-#: Padded tokens per micro-batch, the default of every scorer (server, benchmarks, evaluation).
+#: Padded tokens per micro-batch on a CPU, the default of every scorer (server, benchmarks, evaluation).
 #: Measured on the demo's MiniLM student (top-100s of ~42 tokens a pair, 2 AVX-512 cores) in four
 #: interleaved sweeps over 256-8,192: 512 was the int8 artifact's fastest in three and within noise
 #: in the fourth (the last one, 8 top-100s x 4 reps, p50: 256 tokens 296 ms, 384 266, 512 255, 768 260,
 #: 1,024 280); torch bf16 was flat from 384 to 1,024 (454-466 ms) and torch fp32 from 512 to 1,024;
 #: 8,192 (the old default) was 1.1-1.6x slower for every runtime (smaller batches keep activations in
 #: cache and pad attention less). benchmarks/scripts/cpu_speed.py sweeps it again. A GPU wants
-#: more: the server takes :data:`GPU_MAX_BATCH_TOKENS` when its session runs on a GPU provider.
+#: more (:data:`GPU_MAX_BATCH_TOKENS`); :func:`default_max_batch_tokens` picks between the two.
 DEFAULT_MAX_BATCH_TOKENS = 512
-#: The budget the server takes when its session runs on a GPU provider (CUDA, TensorRT): a GPU is
-#: fed by large batches; 8,192 was the CPU default before the sweeps above and fits a whole top-100
-#: of short pairs. Not measured through onnxruntime-gpu (no GPU build here).
+#: The budget of a session led by a GPU provider (CUDA, TensorRT): a GPU is fed by large batches;
+#: 8,192 was the CPU default before the sweeps above and fits a whole top-100 of short pairs. Not
+#: measured through onnxruntime-gpu (no GPU build here).
 GPU_MAX_BATCH_TOKENS = 8192
 DEFAULT_MAX_BATCH_SIZE = 64
 
 
 def default_max_batch_tokens(providers: Sequence[str]) -> int:
-    """The micro-batch budget for a session on ``providers`` (ONNX Runtime's active providers, in
-    priority order): :data:`GPU_MAX_BATCH_TOKENS` when a GPU provider leads, else :data:`DEFAULT_MAX_BATCH_TOKENS`."""
+    """The padded-token budget of one micro-batch on ``providers`` (a runtime's active providers, in
+    priority order): :data:`GPU_MAX_BATCH_TOKENS` when a GPU provider leads, else
+    :data:`DEFAULT_MAX_BATCH_TOKENS`. The one place the budget is chosen: each runtime's
+    ``max_batch_tokens`` (:class:`r3edge.core.artifact.Runtime`) is this, and the server's engine reads
+    the runtime's unless ``--max-batch-tokens`` is set."""
     gpu = ("CUDAExecutionProvider", "TensorrtExecutionProvider", "ROCMExecutionProvider", "MIGraphXExecutionProvider")
     return GPU_MAX_BATCH_TOKENS if providers and providers[0] in gpu else DEFAULT_MAX_BATCH_TOKENS
 
@@ -585,7 +604,7 @@ def score_pairs(
     max_batch_size: int = DEFAULT_MAX_BATCH_SIZE,
     stats: dict | None = None,
     prefix: PrefixRunner | None = None,
-    query_overflow: Overflow = "reject",
+    overflow: Overflow = DEFAULT_OVERFLOW,
 ) -> np.ndarray:
     """Label logits ``[n, n_labels]`` for pairs, in input order, via length-sorted micro-batches.
 
@@ -597,11 +616,11 @@ def score_pairs(
 
     With ``prefix`` (a :class:`PrefixRunner`), ``run_batch`` is not used: each distinct prefix
     (template head + query) runs once and its documents' suffixes are micro-batched by suffix
-    length after its cache (:meth:`Scorer.split`). A query over ``max_query_tokens`` is refused unless
-    ``query_overflow="truncate"`` (the server's default), as in :meth:`Scorer.encode_batch`.
+    length after its cache (:meth:`Scorer.split`). Over-long input follows ``overflow``, as in
+    :meth:`Scorer.encode_batch`.
     """
     t_tok = time.perf_counter()
-    encoded = scorer.encode_batch(queries, documents, query_overflow=query_overflow)
+    encoded = scorer.encode_batch(queries, documents, overflow=overflow)
     tokenize_ms = (time.perf_counter() - t_tok) * 1e3
     if stats is not None:
         stats["tokenize_ms"] = tokenize_ms

@@ -35,6 +35,7 @@ from r3edge.core.scoring import (
     DEFAULT_INSTRUCTION,
     DEFAULT_MAX_BATCH_SIZE,
     DEFAULT_MAX_BATCH_TOKENS,
+    DEFAULT_OVERFLOW,
     Overflow,
     PromptTemplate,
     Scorer,
@@ -238,10 +239,10 @@ def scoring_module(model: nn.Module, scorer: Scorer) -> nn.Module:
     raise FormatError(f"scorer.json head {spec.head!r} has no scoring graph", "re-run `r3edge train`")
 
 
-def base_cosine_scoring(config: StudentConfig, *, query_overflow: Overflow = "reject") -> Scoring | None:
+def base_cosine_scoring(config: StudentConfig, *, overflow: Overflow = DEFAULT_OVERFLOW) -> Scoring | None:
     """The floor every encoder student must clear: its own pretrained weights, untrained, ranking by the
     query–document cosine (a :class:`CosineStudent` before any training, under the config's token
-    budgets and ``query_overflow``, as its student is scored). None for a causal or randomly initialised
+    budgets and ``overflow``, as its student is scored). None for a causal or randomly initialised
     student, which has no such base."""
     spec = config.model
     if spec.kind not in ("encoder", "biencoder") or spec.pretrained is None:
@@ -252,7 +253,7 @@ def base_cosine_scoring(config: StudentConfig, *, query_overflow: Overflow = "re
         "scorer": config.scorer.model_copy(update={"max_total_tokens": config.scorer.max_total_tokens + extra}),
     })
     lm, scorer = create_student(base)
-    return lm_score_fn(lm.eval(), scorer, name=str(spec.pretrained), query_overflow=query_overflow)
+    return lm_score_fn(lm.eval(), scorer, name=str(spec.pretrained), overflow=overflow)
 
 
 def vocab_size(model: nn.Module) -> int:
@@ -340,10 +341,10 @@ def save_student(lm: nn.Module, scorer: Scorer, out_dir: str | Path, extra_files
 
 def lm_score_fn(lm, scorer: Scorer, *, max_batch_tokens: int = DEFAULT_MAX_BATCH_TOKENS,
                 max_batch_size: int = DEFAULT_MAX_BATCH_SIZE,
-                name: str = "torch", query_overflow: Overflow = "reject") -> Scoring:
+                name: str = "torch", overflow: Overflow = DEFAULT_OVERFLOW) -> Scoring:
     """Score with an in-memory student through :func:`scoring_module` (right after training, and
-    as the PyTorch reference of export parity). ``query_overflow="truncate"`` cuts long queries as the
-    server does by default, for ranking data whose queries exceed the student's budget."""
+    as the PyTorch reference of export parity); over-long input follows ``overflow``, as in
+    :meth:`Scorer.encode_batch`."""
     graph = scoring_module(lm, scorer).eval()
     device = next(lm.parameters()).device  # after Trainer, the model may sit on a GPU
 
@@ -353,6 +354,6 @@ def lm_score_fn(lm, scorer: Scorer, *, max_batch_tokens: int = DEFAULT_MAX_BATCH
 
     def fn(queries, documents):
         return score_pairs(scorer, run_batch, queries, documents, max_batch_tokens=max_batch_tokens,
-                           max_batch_size=max_batch_size, query_overflow=query_overflow)
+                           max_batch_size=max_batch_size, overflow=overflow)
 
     return Scoring(name, fn, scorer)
