@@ -26,8 +26,8 @@ from r3edge.core.scoring import (
 )
 
 ENV_PREFIX = "R3EDGE_"
-#: Settings that were renamed: the old name in a flag, an env variable or the YAML file is an error naming
-#: the new one (never silently ignored, which an env variable of an unknown name would be).
+#: Settings that were renamed: the old name as an env variable or a YAML key is an error naming the new
+#: one (an unknown env variable would otherwise be ignored silently; an old flag is refused by argparse).
 RENAMED = {"truncation": "overflow"}
 
 

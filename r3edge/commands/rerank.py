@@ -84,7 +84,8 @@ def run(args: argparse.Namespace) -> int:
                               "check the request (INVALID_ARGUMENT) or that the server runs (UNAVAILABLE)") from exc
     t = resp.timing
     print(f"query: {query}")
-    print(f"model: {resp.model}  candidates: {len(cands)}  truncated: {resp.truncated_docs}  "
+    cut = f"{resp.truncated_docs} documents" + (" and the query" if resp.query_truncated else "")
+    print(f"model: {resp.model}  candidates: {len(cands)}  cut to the budget: {cut}  "
           f"total {t.total_ms:.1f} ms (queue {t.queue_ms:.1f}, tokenize {t.tokenize_ms:.1f}, inference {t.inference_ms:.1f})")
     print(f"{'rank':>4}  {'score':>6}  {'probs':<20}  {'id':<12}  text")
     for rank, r in enumerate(resp.results, start=1):

@@ -22,7 +22,7 @@ def _fields():
 def configure(parser: argparse.ArgumentParser) -> None:
     from typing import Literal, get_args, get_origin
 
-    from r3edge.serve.config import RENAMED, ServeConfig
+    from r3edge.serve.config import ServeConfig
 
     parser.add_argument("artifact", nargs="?", default=None,
                         help="artifact directory from `r3edge export` (env R3EDGE_ARTIFACT)")
@@ -37,8 +37,6 @@ def configure(parser: argparse.ArgumentParser) -> None:
         # SUPPRESS: an absent flag is "not given" (env / YAML / ServeConfig decide), not a default of None
         parser.add_argument(f"--{name.replace('_', '-')}", dest=name, default=argparse.SUPPRESS,
                             help=f"{field.description}{default}; env {ServeConfig.env_name(name)}", **kw)
-    for old in RENAMED:  # hidden: a renamed flag reaches ServeConfig.resolve, whose error names the new one
-        parser.add_argument(f"--{old.replace('_', '-')}", dest=old, default=argparse.SUPPRESS, help=argparse.SUPPRESS)
     parser.add_argument("--log-level", default="INFO", help="logging level")
 
 
@@ -46,9 +44,9 @@ def run(args: argparse.Namespace) -> int:
     import asyncio
 
     from r3edge.serve.access_log import configure_logging
-    from r3edge.serve.config import RENAMED, ServeConfig
+    from r3edge.serve.config import ServeConfig
 
-    flags = {name: getattr(args, name, None) for name in [*_fields(), *RENAMED]}
+    flags = {name: getattr(args, name, None) for name in _fields()}
     flags["artifact"] = args.artifact
     cfg = ServeConfig.resolve(flags, config_file=args.config)
     configure_logging(args.log_level, cfg.log_format)
