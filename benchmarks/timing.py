@@ -43,26 +43,34 @@ def top_k_overlap(ref_scores: Sequence[float], scores: Sequence[float], k: int =
 
 
 def interleaved_rounds(systems: Mapping[str, Callable[[int], object]], rounds: int, *, pause_s: float = 0.25,
-                       seed: int = 0, progress: Callable[[int, dict[str, float]], None] | None = None) -> dict:
+                       seed: int = 0, progress: Callable[[int, dict[str, float]], None] | None = None,
+                       rounds_of: Mapping[str, int] | None = None) -> dict:
     """Time ``systems[name](round_index)`` for every system in every round, in a seeded shuffled order per round.
 
-    Returns ``{"ms": {name: [ms per round]}, LOAD_KEY: [[1, 5, 15] after each round], "order": "shuffled per
-    round", "pause_s": pause_s, "rounds": rounds}``; ``progress(round, {name: ms})`` is called after each round.
+    ``rounds_of`` times a system only in its first N rounds (a slow one, sampled less; it still runs between the
+    others in those rounds). Returns ``{"ms": {name: [ms per round it ran]}, LOAD_KEY: [[1, 5, 15] after each
+    round], "order": "shuffled per round", "pause_s": pause_s, "rounds": rounds}``; ``progress(round, {name:
+    ms})`` is called after each round with the systems that ran in it.
     """
     rng = random.Random(seed)
     names = list(systems)
+    limit = dict(rounds_of or {})
     times: dict[str, list[float]] = {n: [] for n in names}
     loads: list[list[float]] = []
     for r in range(rounds):
         order = names[:]
         rng.shuffle(order)
+        ran: dict[str, float] = {}
         for name in order:
+            if r >= limit.get(name, rounds):
+                continue
             if pause_s:
                 time.sleep(pause_s)
             t = time.perf_counter()
             systems[name](r)
-            times[name].append((time.perf_counter() - t) * 1e3)
+            ran[name] = (time.perf_counter() - t) * 1e3
+            times[name].append(ran[name])
         loads.append(load_average())
         if progress is not None:
-            progress(r, {n: times[n][-1] for n in names})
+            progress(r, {n: ran[n] for n in names if n in ran})
     return {"ms": times, LOAD_KEY: loads, "order": "shuffled per round", "pause_s": pause_s, "rounds": rounds}

@@ -395,6 +395,28 @@ def test_a_base_student_without_an_encoder_fails_before_any_system_runs(sample_p
     assert row["accuracy"]["vs_gold"]["ndcg@10"] == pytest.approx(1.0)
 
 
+def test_interleaved_rounds_shuffle_every_round_and_time_a_slow_system_in_its_first_rounds_only():
+    """The shared timing helper: every system once a round in a seeded order that changes from round to round
+    (load on a shared box hits all alike), a system limited by rounds_of timed only in its first rounds."""
+    from r3edge.benchmarks.timing import LOAD_KEY, interleaved_rounds, percentiles, top_k_overlap
+
+    def run(seed: int):
+        calls, seen = [], []
+        res = interleaved_rounds({n: (lambda r, n=n: calls.append((r, n))) for n in "abcd"}, 6, pause_s=0, seed=seed,
+                                 rounds_of={"d": 2}, progress=lambda r, ms: seen.append(list(ms)))
+        return res, calls, seen
+
+    res, calls, seen = run(3)
+    for r in range(6):
+        assert sorted(n for rr, n in calls if rr == r) == (list("abcd") if r < 2 else list("abc"))
+    assert len({tuple(n for rr, n in calls if rr == r and n != "d") for r in range(6)}) > 1  # shuffled per round
+    assert run(3)[1] == calls  # seeded
+    assert [len(res["ms"][n]) for n in "abcd"] == [6, 6, 6, 2] and len(res[LOAD_KEY]) == 6
+    assert seen[1] == list("abcd") and seen[2] == list("abc")
+    assert top_k_overlap([3, 2, 1, 0], [0, 1, 2, 3], k=2) == 0 and top_k_overlap([3, 2, 1, 0], [9, 8, 0, 0], k=2) == 1
+    assert percentiles([])["p50"] is None and percentiles([1.0, 3.0])["p50"] == 2.0
+
+
 def test_runtime_profiles_the_servers_own_session(tiny_artifact, tmp_path):
     """`profile_prefix` (benchmarks/scripts/ort_profile.py) profiles the session the server runs; scores unchanged."""
     from r3edge.core.onnx_runtime import OnnxRuntime

@@ -39,7 +39,7 @@ from pathlib import Path
 
 import numpy as np
 
-from r3edge.benchmarks.timing import LOAD_KEY, load_average
+from r3edge.benchmarks.timing import LOAD_KEY, interleaved_rounds, load_average, percentiles, top_k_overlap
 
 THREADS = 2
 
@@ -210,19 +210,13 @@ def main() -> int:
     gold = np.array([c.label if c.label is not None else -1 for q in queries for c in q.candidates])
     has_gold = gold >= 0
 
-    def per_query_top10(scores):
-        res = {}
-        for qid in dict.fromkeys(qids):
-            idx = np.array([i for i, x in enumerate(qids) if x == qid])
-            res[qid] = set(idx[np.argsort(-scores[idx], kind="stable")[:10]].tolist())
-        return res
+    by_query = [np.array([i for i, x in enumerate(qids) if x == qid]) for qid in dict.fromkeys(qids)]
 
     log("accuracy: torch fp32 reference on", len(all_q), "pairs")
     ref = score_pairs(scorer, ref_rt, all_q, all_d)
     p_ref, s_ref = scorer.relevance(ref)
     gold_qids = [q for q, g in zip(qids, has_gold, strict=True) if g]
     m_ref = relevance_metrics(gold[has_gold], p_ref[has_gold], gold_qids, label_values=scorer.spec.label_values)
-    top_ref = per_query_top10(s_ref)
     q0 = queries[0]
     for name, sysd in systems.items():
         log("accuracy:", name)
@@ -230,12 +224,11 @@ def main() -> int:
             sysd["fn"]([q.query] * len(q.candidates), [c.text for c in q.candidates]) for q in queries])
         p, s = scorer.relevance(got)
         m = relevance_metrics(gold[has_gold], p[has_gold], gold_qids, label_values=scorer.spec.label_values)
-        top = per_query_top10(s)
         acc = {
             "max_abs_logit_diff_vs_fp32": float(np.abs(got - ref).max()),
             "max_abs_score_diff_vs_fp32": float(np.abs(s - s_ref).max()),
             "argmax_agreement_vs_fp32": float((got.argmax(-1) == ref.argmax(-1)).mean()),
-            "top10_overlap_vs_fp32": float(np.mean([len(top[k] & top_ref[k]) / 10 for k in top])),
+            "top10_overlap_vs_fp32": float(np.mean([top_k_overlap(s_ref[idx], s[idx], 10) for idx in by_query])),
             "accuracy": m["accuracy"], "delta_accuracy_points": 100 * (m["accuracy"] - m_ref["accuracy"]),
             "ndcg@10": m["ndcg@10"], "delta_ndcg@10": m["ndcg@10"] - m_ref["ndcg@10"],
         }
@@ -261,43 +254,28 @@ def main() -> int:
     def served(qs, ds, client=client):
         return client.rerank(qs[0], [(str(i), d) for i, d in enumerate(ds)], top_k=10)
 
-    # session-only time of the served variant at the server's micro-batches: ids built beforehand, only session.run is timed
-    srt = OnnxRuntime(args.artifact, serve_variant, threads=THREADS, device="cpu")
-
-    def session_only(qs, ds, srt=srt):
-        enc = srt.scorer.encode_batch(qs, ds)
-        plan = plan_batches([len(e.input_ids) for e in enc], served_limits.max_batch_tokens, served_limits.max_batch_size)
-        feeds = [srt.scorer.collate([enc[i] for i in idx]) for idx in plan]
-        t = time.perf_counter()
-        for ids, mask in feeds:
-            srt.label_logits(ids, mask)
-        return time.perf_counter() - t
-
-    # -- interleaved timing -----------------------------------------------------------------------
-    timed = {**{k: v for k, v in systems.items()}, served_name: {"fn": served, "runtime": None, "kind": "served"},
-             **budget_rows}
-    lat: dict[str, list[float]] = {k: [] for k in timed}
-    lat["session.run only (" + serve_variant + ")"] = []
+    # -- interleaved timing: round r times every system on the next held-out query -----------------------------
+    timed = {**systems, served_name: {"fn": served, "runtime": None, "kind": "served"}, **budget_rows}
     for sysd in timed.values():  # warm-up
         sysd["fn"]([q0.query] * 100, [c.text for c in q0.candidates])
-    lengths_per_q = []
-    shuffle = np.random.default_rng(0)
-    for r in range(args.reps):
-        q = queries[r % len(queries)]
-        qs, ds = [q.query] * len(q.candidates), [c.text for c in q.candidates]
-        lengths_per_q.append([len(e.input_ids) for e in scorer.encode_batch(qs, ds)])
-        for name in shuffle.permutation([*timed, "session.run only"]).tolist():
-            if "bf16" in name and r >= args.bf16_reps:
-                continue
-            time.sleep(args.pause)
-            if name == "session.run only":
-                lat["session.run only (" + serve_variant + ")"].append(session_only(qs, ds))
-                continue
-            sysd = timed[name]
-            t = time.perf_counter()
-            sysd["fn"](qs, ds)
-            lat[name].append(time.perf_counter() - t)
-        log(f"round {r + 1}/{args.reps}", {k: round(v[-1] * 1e3) for k, v in lat.items() if v})
+    requests = [([q.query] * len(q.candidates), [c.text for c in q.candidates])
+                for q in (queries[r % len(queries)] for r in range(args.reps))]
+    lengths_per_q = [[len(e.input_ids) for e in scorer.encode_batch(qs, ds)] for qs, ds in requests]
+    # session-only time of the served variant at the server's micro-batches: its feeds are built before the timing
+    srt = OnnxRuntime(args.artifact, serve_variant, threads=THREADS, device="cpu")
+
+    def session_feeds(qs, ds):
+        enc = srt.scorer.encode_batch(qs, ds)
+        plan = plan_batches([len(e.input_ids) for e in enc], served_limits.max_batch_tokens, served_limits.max_batch_size)
+        return [srt.scorer.collate([enc[i] for i in idx]) for idx in plan]
+
+    feeds = [session_feeds(qs, ds) for qs, ds in requests]
+    calls = {name: (lambda r, fn=sysd["fn"]: fn(*requests[r])) for name, sysd in timed.items()}
+    calls[f"session.run only ({serve_variant})"] = lambda r: [srt.label_logits(ids, mask) for ids, mask in feeds[r]]
+    run = interleaved_rounds(calls, args.reps, pause_s=args.pause, seed=0,
+                             rounds_of={name: args.bf16_reps for name in calls if "bf16" in name},
+                             progress=lambda r, ms: log(f"round {r + 1}/{args.reps}", {k: round(v) for k, v in ms.items()}))
+    lat = run["ms"]
     server.close()
     load_after = load_average()
 
@@ -306,11 +284,11 @@ def main() -> int:
     rows = []
     for name, ts in lat.items():
         sysd = timed.get(name, {})
-        ts_ms = np.array(ts) * 1e3
+        ts_ms = np.array(ts)
+        pct = percentiles(ts)
         fl = np.array(flops[:len(ts)])
         row = {"system": name, "kind": sysd.get("kind", "session-only"), "runtime": sysd.get("runtime"),
-               "rounds": len(ts), "p50_ms": float(np.median(ts_ms)), "p95_ms": float(np.percentile(ts_ms, 95)),
-               "pairs_per_s": float(100 / np.median(ts_ms) * 1e3),
+               "rounds": len(ts), "p50_ms": pct["p50"], "p95_ms": pct["p95"], "pairs_per_s": float(100 / pct["p50"] * 1e3),
                "achieved_gflops": float(np.median(fl / (ts_ms / 1e3)) / 1e9)}
         peak = peaks.get(row["runtime"] or "")
         if peak:
@@ -350,7 +328,7 @@ def main() -> int:
         "artifact": {"dir": Path(args.artifact).name, "default": manifest["default"], "variants": manifest["variants"],
                      "served_variant": serve_variant},
         "max_batch_tokens": DEFAULT_MAX_BATCH_TOKENS, "served_max_batch_tokens": served_limits.max_batch_tokens,
-        "rounds": args.reps, "pause_s": args.pause, "order": "shuffled per round",
+        "rounds": args.reps, "pause_s": run["pause_s"], "order": run["order"],
         "split": {"validation": Path(args.heldout).name, "validation_pairs": len(all_q), "calibration": args.calib_source},
         "fp32_reference": {"accuracy": m_ref["accuracy"], "ndcg@10": m_ref["ndcg@10"]},
         "mean_tokens_per_top100": float(np.mean([sum(ls) for ls in lengths_per_q])),
