@@ -1,5 +1,5 @@
 """A served artifact of the demo's student shape and its top-100 requests, built in a minute without a teacher,
-for load-testing `r3edge serve` (benchmarks/scripts/serve_load.py).
+for load-testing `r3edge serve` (`r3edge bench load`).
 
     python benchmarks/scripts/serve_artifact.py --out runs/serve-bench
 
@@ -86,8 +86,7 @@ def main() -> int:
     log(f"artifact {artifact}: variants {', '.join(manifest['variants'])}; default {manifest['default']}")
     print(f"\nrequests:  {heldout}\nartifact:  {artifact}\nstudent:   {student}")
     print(f"serve it:  r3edge serve {artifact} --host 127.0.0.1 --port 50051")
-    print(f"load it:   python benchmarks/scripts/serve_load.py --artifact {artifact} --requests {heldout} "
-          f"--out {out}/load")
+    print(f"load it:   r3edge bench load --artifact {artifact} --pairs {heldout} --out {out}/load")
     return 0
 
 
