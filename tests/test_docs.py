@@ -61,30 +61,33 @@ def test_readme_quickstart_runs_as_written(tiny_artifact, tmp_path):
         return re.sub("|".join(PORTS), lambda m: ports[m.group(0)], text)
 
     env = dict(os.environ, PYTHONPATH=str(ROOT))
+    log = tmp_path / "background.log"  # what the commands started with `&` print (a file: a pipe could fill)
     background, ran = [], []
-    try:
-        for lang, code in quickstart_blocks():
-            if lang == "python":
-                steps = [[".venv/bin/python", "-c", localise(code)]]
-            else:
-                assert lang in ("bash", "sh"), f"quickstart block in {lang!r}: only bash and python run"
-                steps = [["bash", "-c", localise(cmd)] for cmd in shell_commands(code)]
-            for argv in steps:
-                if argv[-1].endswith("&"):
-                    argv[-1] = argv[-1].removesuffix("&")
-                    background.append(subprocess.Popen(argv, cwd=tmp_path, env=env, start_new_session=True,
-                                                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
-                    continue
-                done = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
-                ran.append(argv[-1])
-                assert done.returncode == 0, f"{argv[-1]}\nexit {done.returncode}\n{done.stdout}{done.stderr}"
-                check_output(argv[-1], done.stdout)
-    finally:
-        for proc in background:
-            os.killpg(proc.pid, signal.SIGTERM)
-            output, _ = proc.communicate(timeout=60)
+    with log.open("w") as log_file:
+        try:
+            for lang, code in quickstart_blocks():
+                if lang == "python":
+                    steps = [[".venv/bin/python", "-c", localise(code)]]
+                else:
+                    assert lang in ("bash", "sh"), f"quickstart block in {lang!r}: only bash and python run"
+                    steps = [["bash", "-c", localise(cmd)] for cmd in shell_commands(code)]
+                for argv in steps:
+                    if argv[-1].endswith("&"):
+                        argv[-1] = argv[-1].removesuffix("&")
+                        background.append(subprocess.Popen(argv, cwd=tmp_path, env=env, start_new_session=True,
+                                                           stdout=log_file, stderr=subprocess.STDOUT))
+                        continue
+                    done = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+                    ran.append(argv[-1])
+                    assert done.returncode == 0, (f"{argv[-1]}\nexit {done.returncode}\n{done.stdout}{done.stderr}"
+                                                  f"\nbackground:\n{log.read_text()}")
+                    check_output(argv[-1], done.stdout)
+        finally:
+            for proc in background:
+                os.killpg(proc.pid, signal.SIGTERM)
+                proc.wait(timeout=60)
     assert background and ran, "the quickstart starts a server and sends it requests"
-    assert all(proc.returncode == 0 for proc in background), output
+    assert all(proc.returncode == 0 for proc in background), log.read_text()
 
 
 def check_output(command: str, out: str) -> None:
