@@ -11,6 +11,7 @@ import importlib
 import sys
 
 from r3edge import __version__
+from r3edge.commands.bench import TOOLS as BENCH_TOOLS
 from r3edge.core.errors import R3EdgeError
 
 COMMANDS = {
@@ -25,7 +26,8 @@ COMMANDS = {
     "serve": "serve an artifact over gRPC (Rerank, ScorePairs, ModelInfo, health, reflection) and, with "
              "--http-port, Cohere-compatible HTTP (/v1/rerank, /v2/rerank), on one engine",
     "rerank": "send one rerank request to a running server and print the top-k",
-    "bench": "benchmark latency, throughput and accuracy over gRPC; write a report and a plot",
+    "bench": "benchmark judges, served students and floors on the same requests (latency, throughput, accuracy; "
+             "a report and a plot), or run a tool: " + ", ".join(BENCH_TOOLS),
     "fidelity": "measure on SemEval-2016 CQA how the teacher ranks and how closely each student follows it (results.json, report, plot)",
     "demo": "run the whole chain on the embedded demo data and write its report (runs/demo/report.md by default)",
 }
