@@ -194,7 +194,7 @@ def measure(rt, scorer, reqs, repeats: int, batch_tokens: int, batch_size: int) 
     }
 
 
-def top10_overlap(ref_rt, rt, scorer, reqs) -> dict:
+def overlap_with_reference(ref_rt, rt, scorer, reqs) -> dict:
     """Mean top-10 overlap of ``rt``'s single graph and its prefix path with ``ref_rt``'s single graph, with
     what decides it: the reference scores' spread within a request (std, and the gap between its 10th and
     11th score) against each path's mean |Δ score| from the reference."""
@@ -410,7 +410,7 @@ def main(argv=None) -> dict:
             row = {"variant": variant, "extra_head_tokens": extra,
                    **measure(vrt, scorer, reqs, args.repeats, args.max_batch_tokens, args.max_batch_size)}
             if variant != "fp32":  # fidelity of the variant's two paths to fp32's single graph, same requests
-                row["top10_overlap_vs_fp32"] = top10_overlap(rt, vrt, scorer, reqs)
+                row["top10_overlap_vs_fp32"] = overlap_with_reference(rt, vrt, scorer, reqs)
             rows.append(row)
             log(f"{variant} +{extra} head tokens: prefix {row['prefix_tokens_mean']:.0f} tok, single "
                 f"{row['single_ms_p50']:.0f} ms, reuse {row['prefix_ms_p50']:.0f} ms ({row['speedup']:.2f}x), "
