@@ -423,7 +423,9 @@ def measure(plan: LoadPlan, queries: Sequence[QueryCandidates], out: str | Path,
         server = Server(address, server_pid(address), info)
         results["server"] = {"target": address, "child": artifact is not None, "pid": server.pid, "model_info": info,
                              "rss_mb_ready": server.rss()}
-        run_phases(server, queries, plan, save)
-    save(results["phases"])
-    (out / "report.md").write_text(markdown(results) + "\n")
+        try:
+            run_phases(server, queries, plan, save)
+        finally:  # a stopped run (Ctrl-C, SIGTERM) still reports the phases it finished
+            save(results["phases"])
+            (out / "report.md").write_text(markdown(results) + "\n")
     return results
