@@ -19,7 +19,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     srv = parser.add_argument_group("server (one of)")
     srv.add_argument("--target", default=None, help="a running server, HOST:PORT")
     srv.add_argument("--artifact", default=None, help="artifact directory served here by a child `r3edge serve`")
-    srv.add_argument("--variant", default=None, help="with --artifact: the variant served (default: the manifest's)")
+    srv.add_argument("--variant", default=None, help="with --artifact: the variant served; unset: the manifest's default")
     srv.add_argument("--serve-flag", action="append", default=[], metavar="NAME=VALUE",
                      help="with --artifact: a `r3edge serve` flag, e.g. max_concurrent_requests=8; repeatable")
     parser.add_argument("--pairs", required=True, help="candidate-list JSONL: each query with its candidates is one request")

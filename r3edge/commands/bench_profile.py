@@ -10,10 +10,10 @@ import argparse
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--artifact", required=True, help="artifact directory (`r3edge export`)")
     parser.add_argument("--pairs", required=True, help="candidate-list JSONL: each query with its candidates is one request")
-    parser.add_argument("--variants", default=None, help="comma-separated variants (default: every ONNX Runtime variant)")
+    parser.add_argument("--variants", default=None, help="comma-separated variants; unset: every ONNX Runtime variant")
     parser.add_argument("--requests", type=int, default=4, help="the first N requests of --pairs, profiled per variant")
-    parser.add_argument("--threads", type=int, default=None, help="intra-op threads (default: ONNX Runtime's)")
-    parser.add_argument("--top", type=int, default=None, help="op types listed per variant (default: all)")
+    parser.add_argument("--threads", type=int, default=None, help="intra-op threads; unset: ONNX Runtime's default")
+    parser.add_argument("--top", type=int, default=None, help="op types listed per variant; unset: all")
     parser.add_argument("--out", default="runs/bench-profile", help="output directory")
 
 
