@@ -158,3 +158,34 @@ def test_every_cited_file_exists():
             if not any(ROOT.glob(path)):  # a file, a folder, or a glob such as configs/student/*.yaml
                 missing.append(f"{doc.name}: {path}")
     assert not missing, "\n".join(missing)
+
+
+STAGE_DIRS = {"distill": "distill", "serve": "serve", "export": "export", "benchmarks": "benchmarks", "configs": "configs"}
+
+
+def module_file(parts: list[str]) -> Path | None:
+    """The file or package folder of a dotted ``r3edge`` module path, or None."""
+    base = ROOT / STAGE_DIRS[parts[1]] if len(parts) > 1 and parts[1] in STAGE_DIRS else ROOT / "r3edge" / "/".join(parts[1:2])
+    path = base.joinpath(*parts[2:]) if len(parts) > 2 else base
+    for found in (path.with_suffix(".py"), path / "__init__.py", path):
+        if found.exists():
+            return found
+    return None
+
+
+def test_every_cited_python_name_exists():
+    """`r3edge.serve.server.STATUS_OF` was cited after the table had moved to grpc_api.py: each dotted
+    `r3edge.…` name the docs give is a module, or a name defined in its module (read, not imported)."""
+    missing = []
+    for doc in DOCS:
+        for dotted in sorted(set(re.findall(r"`(r3edge(?:\.\w+)+)", doc.read_text(encoding="utf-8")))):
+            parts = dotted.split(".")
+            if parts[1] == "v1":  # the .proto's package, not a Python module
+                continue
+            cut = next((i for i in range(len(parts), 0, -1) if module_file(parts[:i])), 0)
+            source = module_file(parts[:cut]) if cut else None
+            names = parts[cut:]
+            text = source.read_text(encoding="utf-8") if source and source.is_file() else ""
+            if not source or any(not re.search(rf"^\s*(?:def|class)\s+{n}\b|^{n}\s*[:=]", text, re.M) for n in names):
+                missing.append(f"{doc.name}: {dotted}")
+    assert not missing, "\n".join(missing)
