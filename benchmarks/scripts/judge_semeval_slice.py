@@ -139,7 +139,7 @@ def report(r: dict) -> str:
         "",
         f"Machine: {m['cpu']}, {m['cores_usable']} cores, {m['ram_gib']} GiB, no GPU. "
         f"Questions: {len(r['questions_scored'])} of the {len(r['questions_sampled'])} that `r3edge fidelity "
-        f"--dev-queries {len(r['questions_sampled'])}` samples ({', '.join(r['questions_scored'])}), 100 comments each; "
+        f"--dev-queries {len(r['questions_sampled'])}` samples ({', '.join(r['questions_scored'])}), {j['pairs']} comments in all; "
         f"nDCG@10 over the {j['ndcg_queries']} with a relevant comment.",
         "",
         "| system | nDCG@10 |",
