@@ -1,4 +1,4 @@
-"""Prove on real graded data that the teacher judges and the student keeps its judgement.
+"""Measure on real graded data how well the teacher judges and how much of its judgement the student keeps.
 
 SemEval-2016 CQA (Qatar Living forum, comments graded 0/1/2, 100 candidates per question):
 
