@@ -83,12 +83,13 @@ class LoadPlan:
     def __post_init__(self):
         bad = sorted(set(self.phases) - set(PHASES))
         if bad or not self.phases:
-            raise InvalidInput(f"unknown phase(s) {bad}" if bad else "no phase", f"pick from {', '.join(PHASES)}", field="phases")
+            raise InvalidInput(f"phases: unknown {bad}" if bad else "phases: none given", f"pick from {', '.join(PHASES)}", field="phases")
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
             values = value if isinstance(value, tuple) and f.name != "phases" else (value,)
-            if any(isinstance(v, (int, float)) and v < 0 for v in values) or values == ():
-                raise InvalidInput(f"{f.name} = {value!r}", "give a non-negative value", field=f.name)
+            least = 1 if f.name.endswith(("concurrency", "concurrent", "clients")) else 0  # callers: one at least
+            if any(isinstance(v, (int, float)) and v < least for v in values) or values == ():
+                raise InvalidInput(f"{f.name} = {value!r}", f"give values of at least {least}", field=f.name)
 
 
 # -- the server's process -----------------------------------------------------------------------------------
@@ -315,10 +316,10 @@ def sweep(server: Server, queries: Sequence[QueryCandidates], requests, plan: Lo
 def soak(server: Server, queries: Sequence[QueryCandidates], requests, plan: LoadPlan) -> dict:
     cap = run_load(server.target, queries, plan.capacity_requests, plan.capacity_concurrency, top_k=plan.top_k,
                    timeout=plan.timeout_s)
-    capacity = cap["requests_per_s"] if cap["ok"] == cap["requests"] else None  # refusals make the rate no capacity
+    capacity = cap["requests_per_s"]  # OK answers per second: refused calls add nothing to it
     out = {"capacity_run": cap, "capacity_requests_per_s": capacity, "fraction": plan.soak_fraction}
     if not capacity:
-        out["error"] = f"no capacity measured: the capacity run got {cap['errors'] or 'no OK answer'}"
+        out["error"] = f"no capacity measured: the capacity run got no OK answer ({cap['errors']})"
         return out
     rate = out["rate_per_s"] = plan.soak_fraction * capacity
     samples, stop = [], threading.Event()

@@ -76,3 +76,14 @@ def test_child_server_phases_measure_its_own_process(tiny_artifact, sample_pairs
     report = (out / "report.md").read_text()
     assert f"= {soak['rate_per_s']:.2f}/s for 2 s: {soak['result']['requests']} requests" in report
     assert "| closed loop, concurrency 2 | 4 |" in report
+
+
+@pytest.mark.parametrize(("flags", "named"), [(["--phases", "overload,warmup"], "phases"),
+                                              (["--sweep-concurrency", "1,0"], "sweep_concurrency"),
+                                              (["--soak-s", "-1"], "soak_s")])
+def test_a_bad_plan_is_refused_before_any_call(flags, named, tmp_path, capsys):
+    from r3edge.cli import main
+
+    assert main(["bench", "load", "--target", "127.0.0.1:9", "--pairs", str(tmp_path / "absent.jsonl"), *flags]) == 2
+    err = capsys.readouterr().err
+    assert named in err and "fix:" in err
