@@ -25,6 +25,7 @@ from contextlib import ExitStack
 from pathlib import Path
 
 from r3edge.benchmarks.machine import machine_info
+from r3edge.benchmarks.results_files import write_results
 from r3edge.benchmarks.systems import serve_artifact
 from r3edge.benchmarks.timing import LOAD_KEY, interleaved_rounds, percentiles
 from r3edge.core.artifact import read_manifest
@@ -47,7 +48,7 @@ class PeerWorker:
         env = {**os.environ, "OMP_NUM_THREADS": str(threads), "TOKENIZERS_PARALLELISM": "false"}
         try:
             self.proc = subprocess.Popen([python, str(PEER_WORKER)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                         stderr=subprocess.DEVNULL, text=True, env=env)
+                                         text=True, env=env)  # its stderr is ours: library logs, warnings
         except OSError as exc:
             raise InvalidInput(f"cannot run --peers-python {python}: {exc}", "pass an interpreter with "
                                "sentence-transformers installed", field="--peers-python") from exc
@@ -188,20 +189,22 @@ def summary(rows: Sequence[dict], min_overlap: float) -> dict:
             "ratio_best_peer_over_best_r3edge": peer["p50_ms"] / best["p50_ms"] if best and peer else None}
 
 
+def _setting(results: dict) -> str:
+    """What was run where: requests, rounds, threads, machine, load, the peers' interpreter and versions."""
+    loads = [x[0] for x in results[LOAD_KEY]]
+    versions = ", ".join(f"{k} {v}" for k, v in results["peer_versions"].items() if v)
+    return (f"{results['requests']} requests of {sum(results['candidates_per_request']) / results['requests']:.0f} "
+            f"candidates x {results['reps']} rounds, {results['threads']} threads each, systems in a shuffled order per "
+            f"call; {results['machine']['cpu']}, {results['machine']['timestamp']}; 1-min load average "
+            f"{min(loads):.2f}-{max(loads):.2f}. Peers ({results['peers_python']}): {versions}; max_seq_length "
+            f"{results['max_seq_length']}.")
+
+
 def report_lines(results: dict) -> list[str]:
     """``report.md`` of :func:`measure_peers`' results: every number is read from them."""
     by = {r["system"]: r for r in results["rows"]}
-    loads = [x[0] for x in results[LOAD_KEY]]
-    versions = ", ".join(f"{k} {v}" for k, v in results["peer_versions"].items() if v)
     lines = [
-        "# r3edge served vs sentence-transformers on the same weights",
-        "",
-        f"{results['requests']} requests of {sum(results['candidates_per_request']) / results['requests']:.0f} candidates "
-        f"x {results['reps']} rounds, {results['threads']} threads each, systems in a shuffled order per call; "
-        f"{results['machine']['cpu']}, {results['machine']['timestamp']}; 1-min load average "
-        f"{min(loads):.2f}-{max(loads):.2f}. Peers ({results['peers_python']}): {versions}; max_seq_length "
-        f"{results['max_seq_length']}.",
-        "",
+        "# r3edge served vs sentence-transformers on the same weights", "", _setting(results), "",
         f"| system | p50 ms per request | p95 ms | top-10 overlap with {results['reference']} | same top-10 order |",
         "|---|---|---|---|---|",
         *(f"| {r['system']} | {r['p50_ms']:.1f} | {r['p95_ms']:.1f} | {r['top10_overlap_with_reference']:.3f} | "
@@ -221,9 +224,4 @@ def report_lines(results: dict) -> list[str]:
 
 def write_report(results: dict, out: str | Path) -> dict[str, Path]:
     """Write OUT/results.json and OUT/report.md."""
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    paths = {"results": out / "results.json", "report": out / "report.md"}
-    paths["results"].write_text(json.dumps(results, indent=2) + "\n")
-    paths["report"].write_text("\n".join(report_lines(results)))
-    return paths
+    return write_results(out, results, "\n".join(report_lines(results)))

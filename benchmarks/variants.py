@@ -18,7 +18,6 @@ top-10 overlap and batch invariance pass.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -26,6 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from r3edge.benchmarks.machine import machine_info
+from r3edge.benchmarks.results_files import write_results
 from r3edge.benchmarks.timing import LOAD_KEY, interleaved_rounds, percentiles, top_k_overlap
 from r3edge.core.artifact import read_manifest, variant_runtime
 from r3edge.core.errors import InvalidInput
@@ -170,9 +170,4 @@ def report_lines(results: dict) -> list[str]:
 
 def write_report(results: dict, out: str | Path) -> dict[str, Path]:
     """Write OUT/results.json and OUT/report.md."""
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    paths = {"results": out / "results.json", "report": out / "report.md"}
-    paths["results"].write_text(json.dumps(results, indent=2) + "\n")
-    paths["report"].write_text("\n".join(report_lines(results)))
-    return paths
+    return write_results(out, results, "\n".join(report_lines(results)))
