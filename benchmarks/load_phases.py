@@ -251,6 +251,8 @@ def overload(server: Server, requests, plan: LoadPlan) -> dict:
     finally:
         caller.close()
     codes = Counter(code for code, _ in res)
+    # what admission control promises: an admitted call waits at most the server's max queue delay, then is served
+    delay, alone = (server.info.get("limits") or {}).get("max_queue_delay_ms"), percentiles(service)["p50"]
     lost = sum(1 for code, ms in res if code in LOST_CODES
                or (code == "DEADLINE_EXCEEDED" and ms >= 990 * plan.overload_timeout_s))
     return {"concurrent": n, "client_timeout_s": plan.overload_timeout_s, "codes": dict(codes), "lost": lost,
@@ -258,7 +260,9 @@ def overload(server: Server, requests, plan: LoadPlan) -> dict:
             "refused_ms": {"n": codes[REFUSED], **percentiles([ms for c, ms in res if c == REFUSED])},
             "service_time_ms": {"n": len(service), **percentiles(service)}, "wall_s": wall,
             "rss_mb": {"before": rss0, "after": rss1, "settled": rss2},
-            "rss_growth_pct": 100 * (rss1 - rss0) / rss0 if rss0 and rss1 else None, "call_after": after}
+            "rss_growth_pct": 100 * (rss1 - rss0) / rss0 if rss0 and rss1 else None, "call_after": after,
+            "max_queue_delay_ms": delay,
+            "admitted_p99_bound_ms": delay + 2 * alone if delay is not None and alone is not None else None}
 
 
 def batching(server: Server, queries: Sequence[QueryCandidates], plan: LoadPlan) -> dict:

@@ -27,7 +27,16 @@ def overload_lines(o: dict) -> list[str]:
             f"max {_f(o['refused_ms']['max'], 1)} ms. One request alone took p50 {_f(o['service_time_ms']['p50'], 1)} ms "
             f"({o['service_time_ms']['n']} sent first). Server RSS {_f(o['rss_mb']['before'])} → {_f(o['rss_mb']['after'])} MB "
             f"({_f(o['rss_growth_pct'])}%), {_f(o['rss_mb']['settled'])} MB once settled; the next call after the burst: "
-            f"{o['call_after']}.", ""]
+            f"{o['call_after']}.", "", *admission_lines(o)]
+
+
+def admission_lines(o: dict) -> list[str]:
+    bound, p99 = o["admitted_p99_bound_ms"], o["admitted_ms"]["p99"]
+    if bound is None or p99 is None:
+        why = "the server reports no max queue delay" if o["max_queue_delay_ms"] is None else "no call was admitted or timed alone"
+        return [f"Admitted latency not judged: {why}.", ""]
+    return [f"Admitted p99 {p99:.0f} ms is {'within' if p99 <= bound else 'OVER'} the admission bound of {bound:.0f} ms "
+            f"(the server's max queue delay {o['max_queue_delay_ms']:.0f} ms + 2 x one request alone).", ""]
 
 
 def batching_lines(b: dict) -> list[str]:

@@ -31,7 +31,8 @@ def test_overload_answers_every_call_and_counts_the_refused(tiny_artifact, top10
     from r3edge.serve.server import BackgroundServer
 
     out = tmp_path / "load"
-    with BackgroundServer(ServeConfig(artifact=str(tiny_artifact), port=0, max_concurrent_requests=1)) as srv:
+    cfg = ServeConfig(artifact=str(tiny_artifact), port=0, max_concurrent_requests=1)
+    with BackgroundServer(cfg) as srv:
         assert main(["bench", "load", "--target", srv.target, "--pairs", str(top100_file), "--out", str(out),
                      "--phases", "overload", "--overload-concurrent", "12", "--service-requests", "2",
                      "--settle-s", "0"]) == 0
@@ -46,6 +47,8 @@ def test_overload_answers_every_call_and_counts_the_refused(tiny_artifact, top10
     report = (out / "report.md").read_text()
     assert (f"12 calls left at one instant (client deadline 300 s): every call was answered; status codes {o['codes']} "
             "(adding up to the 12 sent)") in report
+    assert o["admitted_p99_bound_ms"] == pytest.approx(cfg.max_queue_delay_s * 1e3 + 2 * o["service_time_ms"]["p50"])
+    assert f"the admission bound of {o['admitted_p99_bound_ms']:.0f} ms" in report
 
 
 def test_child_server_phases_measure_its_own_process(tiny_artifact, sample_pairs_file, tmp_path):
