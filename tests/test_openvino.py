@@ -27,7 +27,7 @@ QUERIES = [q["query"] for q in SAMPLE_QUERIES for _ in q["candidates"]] + [SAMPL
 FP32_ATOL = 1e-4
 #: max |Δ expected relevance| (0..2) between ov-int8 and ONNX fp32 on these untrained tiny models, whose
 #: random weights exaggerate quantization error (measured: 0.03 BERT, 0.16 Qwen2); fidelity on trained
-#: weights is measured by benchmarks/scripts/openvino_speed.py
+#: weights is measured by `r3edge bench variants`
 INT8_SCORE_TOL = 0.25
 
 
