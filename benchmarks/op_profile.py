@@ -89,7 +89,7 @@ def markdown(results: dict, top: int | None = None) -> str:
     for v in results["variants"]:
         total = v["kernel_ms_per_request"]
         lines += [f"## {v['variant']} ({v['runtime']})", "",
-                  f"{total:.1f} ms of kernels per request of {v['candidates_per_request']:.0f} candidates; the session's runs "
+                  f"{total:.1f} ms of kernels per request of {v['candidates_per_request']:g} candidates; the session's runs "
                   f"took {v['model_run_ms_per_request']:.1f} ms and `score_pairs` {v['wall_ms_per_request']:.1f} ms wall "
                   f"(kernels {total / v['wall_ms_per_request']:.0%} of the wall time). Load average "
                   f"{v[LOAD_KEY]} after the run; profile `{v['profile']}`.", "",
