@@ -221,3 +221,17 @@ def test_python_backend_rejects_only_the_overlong_request(repo, monkeypatch):
     ok, bad = model.execute([_request(QUERIES[:2], DOCS[:2]), _request(["q"], [LONG_DOC])])
     assert not ok.has_error() and bad.has_error()
     assert "documents[0]" in bad.error().message() and "tokens" in bad.error().message()
+
+
+def test_python_backend_takes_the_one_overflow_default_and_refuses_the_old_parameter(repo, monkeypatch):
+    """The repository's tokenizer writes the scoring contract's default overflow; a config.pbtxt still
+    setting the old ``truncation`` parameter is refused naming ``overflow``, never silently ignored."""
+    from r3edge.core.errors import InvalidInput
+    from r3edge.core.scoring import DEFAULT_OVERFLOW
+    from r3edge.export.triton import TOKENIZER
+
+    assert _parse(repo / TOKENIZER / "config.pbtxt").parameters["overflow"].string_value == DEFAULT_OVERFLOW
+    assert _load_model(repo, monkeypatch).overflow == DEFAULT_OVERFLOW
+    with pytest.raises(InvalidInput, match="now called 'overflow'") as err:
+        _load_model(repo, monkeypatch, truncation="reject")
+    assert err.value.field == "overflow"
