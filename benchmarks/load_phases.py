@@ -395,7 +395,6 @@ def measure(plan: LoadPlan, queries: Sequence[QueryCandidates], out: str | Path,
             artifact: str | Path | None = None, variant: str | None = None, serve_flags: dict | None = None) -> dict:
     """Run the plan against ``target`` (a running server) or a child `r3edge serve ARTIFACT` on a free loopback port;
     write OUT/results.json after every phase and OUT/report.md at the end. Returns the results."""
-    import json
     from contextlib import nullcontext
 
     from google.protobuf.json_format import MessageToDict
@@ -403,6 +402,7 @@ def measure(plan: LoadPlan, queries: Sequence[QueryCandidates], out: str | Path,
     from r3edge.api.client import RerankerClient
     from r3edge.benchmarks.load_report import markdown
     from r3edge.benchmarks.machine import machine_info
+    from r3edge.benchmarks.results_files import write_results
     from r3edge.benchmarks.systems import serve_artifact
 
     if (target is None) == (artifact is None):
@@ -415,9 +415,9 @@ def measure(plan: LoadPlan, queries: Sequence[QueryCandidates], out: str | Path,
                             "candidates_per_request": float(np.mean([len(q.candidates) for q in queries])) if queries else 0},
                "machine": machine_info(), "phases": {}}
 
-    def save(phases: dict) -> None:
+    def save(phases: dict) -> None:  # after every phase: a stopped run keeps what it measured, report included
         results["phases"] = phases
-        (out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
+        write_results(out, results, markdown(results) + "\n")
 
     started = (serve_artifact(str(artifact), variant, None, **(serve_flags or {})) if artifact is not None
                else nullcontext(target))
@@ -430,7 +430,6 @@ def measure(plan: LoadPlan, queries: Sequence[QueryCandidates], out: str | Path,
                              "rss_mb_ready": server.rss()}
         try:
             run_phases(server, queries, plan, save)
-        finally:  # a stopped run (Ctrl-C, SIGTERM) still reports the phases it finished
+        finally:  # Ctrl-C, SIGTERM: the phases finished are written
             save(results["phases"])
-            (out / "report.md").write_text(markdown(results) + "\n")
     return results

@@ -108,6 +108,7 @@ def profile_artifact(artifact: str | Path, pairs: str | Path, out: str | Path, *
                      requests: int = 4, threads: int | None = None, top: int | None = None) -> dict[str, Path]:
     """Profile each variant on the first ``requests`` queries of ``pairs``; write OUT/results.json and OUT/report.md."""
     from r3edge.benchmarks.machine import machine_info
+    from r3edge.benchmarks.results_files import write_results
     from r3edge.core.pairs import read_queries
 
     if requests < 1:
@@ -123,6 +124,4 @@ def profile_artifact(artifact: str | Path, pairs: str | Path, out: str | Path, *
     results = {"settings": {"artifact": str(artifact), "pairs": str(pairs), "requests": len(queries), "threads": threads},
                "machine": machine_info(),
                "variants": [profile_variant(artifact, v, queries, out, threads) for v in variants]}
-    (out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
-    (out / "report.md").write_text(markdown(results, top) + "\n")
-    return {"results": out / "results.json", "report": out / "report.md"}
+    return write_results(out, results, markdown(results, top) + "\n")
