@@ -8,8 +8,9 @@ A student input is ``head + query + mid + document + tail``. For a causal studen
 label_rows``) the tail ends exactly where the score token would be generated; for an encoder
 cross-encoder (``head: classifier``) the pieces are ``[CLS]``, ``[SEP]`` and ``[SEP]``, which gives
 the ids of BERT's own pair encoding; for a bi-encoder student (``head: cosine``) they are ``[CLS]``,
-``[SEP][CLS]`` and ``[SEP]``, two single-text encodings side by side. Each piece is tokenised on its own and the ids are concatenated,
-so the document can be cut on a token boundary while the query and the tail stay whole. What
+``[SEP][CLS]`` and ``[SEP]``, two single-text encodings side by side. Each piece is tokenised on its
+own and the ids are concatenated, so the document (or an over-long query) can be cut on a token
+boundary while the template pieces stay whole. What
 happens to input over its budget is one policy, ``overflow`` (:data:`DEFAULT_OVERFLOW`, which says
 why it cuts by default), the same for the library and the server; a cut keeps the first tokens, on a
 token boundary.
@@ -246,9 +247,10 @@ OVERFLOW: tuple[Overflow, ...] = ("truncate", "reject")
 #: run past the budget: the demo student's is 48 tokens and SemEval questions are longer
 #: (benchmarks/results/base-preservation-demo-xeon-2core/README.md). The order of
 #: contract 3 holds either way: the document gives way to the query (it gets what the query leaves of
-#: ``max_total_tokens``) and the template's scoring tail is never cut. ``"reject"`` is for callers that
-#: must not score a cut text (an evaluation that wants whole queries, a client that splits documents
-#: itself).
+#: ``max_total_tokens``) and the template's scoring tail is never cut. Training takes the same
+#: default, so a student learns on the cut query it will be served; the cost is that the teacher's
+#: label was given for the whole query. ``"reject"`` is for callers that must not score a cut text
+#: (training or an evaluation that wants whole queries, a client that splits documents itself).
 DEFAULT_OVERFLOW: Overflow = "truncate"
 
 
