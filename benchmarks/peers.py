@@ -52,8 +52,13 @@ class PeerWorker:
         except OSError as exc:
             raise InvalidInput(f"cannot run --peers-python {python}: {exc}", "pass an interpreter with "
                                "sentence-transformers installed", field="--peers-python") from exc
-        ready = self._call({"student": str(student), "requests": [list(r) for r in requests], "peers": list(peers),
-                            "threads": threads, "max_seq_length": max_seq_length})
+        try:
+            ready = self._call({"student": str(student), "requests": [list(r) for r in requests], "peers": list(peers),
+                                "threads": threads, "max_seq_length": max_seq_length})
+        except R3EdgeError as exc:
+            self.close()
+            raise InvalidInput(f"--peers-python {python} could not start the peers: {exc.what}", exc.fix,
+                               field="--peers-python") from exc
         self.ready, self.skipped, self.versions = ready["ready"], ready["skipped"], ready["versions"]
 
     def _call(self, message: dict) -> dict:
@@ -73,7 +78,10 @@ class PeerWorker:
         return self._call({"peer": peer, "request": request})["top"]
 
     def close(self) -> None:
-        self.proc.stdin.close()
+        try:
+            self.proc.stdin.close()
+        except BrokenPipeError:
+            pass  # it has exited already
         try:
             self.proc.wait(30)
         except subprocess.TimeoutExpired:
@@ -129,6 +137,8 @@ def measure_peers(student: str | Path, queries: Sequence[QueryCandidates], *, ar
     requests = [(q.query, [c.text for c in q.candidates]) for q in queries]
     systems: dict[str, Callable[[int], list[int]]] = {}
     with ExitStack() as stack:
+        worker = PeerWorker(peers_python, student, requests, peers, threads, max_seq_length)  # first: a bad venv fails fast
+        stack.callback(worker.close)
         for variant in (variants if artifact else ()):
             target = stack.enter_context(serve_artifact(str(artifact), variant, threads))
             rank, close = grpc_ranker(target, requests)
@@ -138,8 +148,6 @@ def measure_peers(student: str | Path, queries: Sequence[QueryCandidates], *, ar
             rank, close = grpc_ranker(target, requests)
             stack.callback(close)
             systems[R3EDGE + label] = rank
-        worker = PeerWorker(peers_python, student, requests, peers, threads, max_seq_length)
-        stack.callback(worker.close)
         for peer in worker.ready:
             systems[peer] = lambda i, peer=peer: worker.rank(peer, i)
         log(f"systems: {', '.join(systems)}" + (f"; skipped {worker.skipped}" if worker.skipped else ""))

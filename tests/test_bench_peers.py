@@ -74,3 +74,13 @@ def test_peers_need_a_cosine_student_and_labelled_targets(tiny_student, sample_p
     assert main(["bench", "peers", "--student", str(tiny_student), "--heldout", str(sample_pairs_file),
                  "--target", "127.0.0.1:1"]) == 2
     assert "LABEL=HOST:PORT" in capsys.readouterr().err
+
+
+def test_an_interpreter_that_cannot_run_the_peers_is_named(cosine_student_and_artifact, tmp_path, capsys):
+    from r3edge.cli import main
+
+    student, _ = cosine_student_and_artifact
+    assert main(["bench", "peers", "--student", str(student), "--heldout", str(write_heldout(tmp_path / "h.jsonl")),
+                 "--target", "fp32=127.0.0.1:1", "--peers-python", "/bin/false", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "--peers-python /bin/false could not start the peers: " in err and "exited (code 1)" in err

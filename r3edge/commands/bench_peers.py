@@ -28,7 +28,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="comma-separated, of st-torch-fp32, st-onnx-fp32, st-onnx-int8, st-openvino-fp32, openvino-int8-nncf; "
                              "all: every one --peers-python can build (the report names the others and why)")
     parser.add_argument("--max-requests", type=int, default=10, help="use only the first N requests of --heldout")
-    parser.add_argument("--threads", type=int, default=2, help="threads of every server and peer")
+    parser.add_argument("--threads", type=int, default=2, help="threads of each child server (--artifact) and of the peers")
     parser.add_argument("--reps", type=int, default=3, help="timed passes over the requests")
     parser.add_argument("--pause", type=float, default=0.2, help="seconds of quiet before each timed call")
     parser.add_argument("--min-overlap", type=float, default=MIN_TOP10_OVERLAP,
