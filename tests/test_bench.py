@@ -199,7 +199,7 @@ def test_a_stopped_judge_benchmark_resumes_from_its_journal(sample_pairs_file, t
     with pytest.raises(AssertionError, match="must not load"):  # another request count is another measurement
         measure_judge(cfg, queries, requests=4, concurrency=(1,), journal_dir=journal_dir)
     here = compute_identity()
-    monkeypatch.setattr(judge_rerank, "compute_identity", lambda: {**here, "cpu_flags": ["avx2"]})
+    monkeypatch.setattr(judge_rerank, "compute_identity", lambda: {**here, "cpu": f"not {here['cpu']}"})
     with pytest.raises(AssertionError, match="must not load"):  # and so is one on another CPU
         measure_judge(cfg, queries, requests=3, concurrency=(1,), journal_dir=journal_dir)
 
