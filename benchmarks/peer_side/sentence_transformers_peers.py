@@ -58,8 +58,9 @@ def ranker(encode, student: Path):
     return rank
 
 
-def build(names: list[str], student: str, max_len: int, threads: int, requests) -> tuple[dict, dict]:
-    """``({name: encode}, {name: why it was skipped})``; ``["all"]``: every peer in :data:`PEERS`."""
+def build(names: list[str], student: str, max_len: int, threads: int, requests, tmp: str) -> tuple[dict, dict]:
+    """``({name: encode}, {name: why it was skipped})``; ``["all"]``: every peer in :data:`PEERS`. ``tmp`` holds the
+    exported ONNX files while the worker runs."""
     import importlib
 
     from sentence_transformers import SentenceTransformer
@@ -70,7 +71,6 @@ def build(names: list[str], student: str, max_len: int, threads: int, requests) 
                                           show_progress_bar=False)
 
     built, skipped = {}, {}
-    tmp = tempfile.mkdtemp(prefix="r3edge-peers-")
     for name in PEERS if list(names) == ["all"] else names:
         try:
             for module in NEEDS.get(name, ()):
@@ -161,13 +161,14 @@ def main() -> int:
 
         torch.set_num_threads(threads)
         requests = setup["requests"]
-        built, skipped = build(setup["peers"], setup["student"], int(setup["max_seq_length"]), threads, requests)
-        ranks = {name: ranker(encode, Path(setup["student"])) for name, encode in built.items()}
-        send({"ready": list(ranks), "skipped": skipped, "versions": versions()})
-        for line in sys.stdin:
-            call = json.loads(line)
-            query, texts = requests[call["request"]]
-            send({"top": ranks[call["peer"]](query, texts)})
+        with tempfile.TemporaryDirectory(prefix="r3edge-peers-") as tmp:
+            built, skipped = build(setup["peers"], setup["student"], int(setup["max_seq_length"]), threads, requests, tmp)
+            ranks = {name: ranker(encode, Path(setup["student"])) for name, encode in built.items()}
+            send({"ready": list(ranks), "skipped": skipped, "versions": versions()})
+            for line in sys.stdin:
+                call = json.loads(line)
+                query, texts = requests[call["request"]]
+                send({"top": ranks[call["peer"]](query, texts)})
     except Exception:
         send({"error": traceback.format_exc()})
         return 1
