@@ -418,7 +418,7 @@ def test_interleaved_rounds_shuffle_every_round_and_time_a_slow_system_in_its_fi
 
 
 def test_runtime_profiles_the_servers_own_session(tiny_artifact, tmp_path):
-    """`profile_prefix` (benchmarks/scripts/ort_profile.py) profiles the session the server runs; scores unchanged."""
+    """`profile_prefix` (what `r3edge bench profile` runs) profiles the session the server runs; scores unchanged."""
     from r3edge.core.onnx_runtime import OnnxRuntime
     from r3edge.core.scoring import score_pairs
 

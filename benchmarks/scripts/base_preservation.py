@@ -32,6 +32,7 @@ from r3edge.benchmarks.machine import machine_info
 from r3edge.benchmarks.systems import baselines, scored_floor
 from r3edge.core.labels import read_labels, write_manifest, write_shard
 from r3edge.core.pairs import QueryCandidates
+from r3edge.core.scoring import DEFAULT_OVERFLOW, OVERFLOW
 from r3edge.distill.data.datasets import sample_queries, semeval_queries
 from r3edge.distill.data.ugc import generate
 
@@ -74,9 +75,9 @@ def main() -> None:
     ap.add_argument("--interpolations", default="",
                     help="comma-separated a in (0, 1): also rank each trained student with train.base_interpolation a "
                          "(WiSE-FT), computed from its trained weights as `r3edge train` computes it")
-    ap.add_argument("--query-overflow", choices=("reject", "truncate"), default="reject",
-                    help="a query over the student's max_query_tokens: refused, or cut as the server cuts it by "
-                         "default (for a student whose budget is shorter than these sets' questions, e.g. the demo's)")
+    ap.add_argument("--overflow", "--query-overflow", dest="overflow", choices=OVERFLOW, default=DEFAULT_OVERFLOW,
+                    help="a query or document over the student's budget: cut (the one default of library and server) "
+                         "or refused (--query-overflow: the name earlier reports' reproduce lines use)")
     ap.add_argument("--ugc-seed", type=int, default=0,
                     help="the demo seed whose held-back requests form the UGC set (`r3edge demo --seed`; that demo "
                          "student's home domain)")
@@ -102,7 +103,7 @@ def main() -> None:
         return scored_floor(queries, scoring, values)["ndcg@10"]
 
     rows = [{"system": "first-stage order", **{k: baselines(v, values)["input_order"]["ndcg@10"] for k, v in sets.items()}}]
-    base = base_cosine_scoring(load_yaml(names[0], StudentConfig), overflow=args.query_overflow)
+    base = base_cosine_scoring(load_yaml(names[0], StudentConfig), overflow=args.overflow)
     rows.append({"system": f"base: {base.name}", **{k: ndcg(base, v) for k, v in sets.items()}})
     for name in names:
         student = work / "students" / name
@@ -111,7 +112,7 @@ def main() -> None:
             train_student(labels, name, student)
         report = json.loads((student / "train_report.json").read_text())
         lm, scorer = load_student(student)
-        scoring = lm_score_fn(lm.eval(), scorer, name=name, overflow=args.query_overflow)
+        scoring = lm_score_fn(lm.eval(), scorer, name=name, overflow=args.overflow)
         rows.append({"system": f"{name} ({load_yaml(name, StudentConfig).model.kind}), trained",
                      **{k: ndcg(scoring, v) for k, v in sets.items()},
                      "train_pairs": report["n_examples"]["trained_on"], "train_s": report["wall_time_s"],
@@ -124,7 +125,7 @@ def main() -> None:
             for a in alphas:
                 lm.load_state_dict(trained)
                 interpolate_weights(lm, start, a)
-                scoring = lm_score_fn(lm.eval(), scorer, name=f"{name}@{a}", overflow=args.query_overflow)
+                scoring = lm_score_fn(lm.eval(), scorer, name=f"{name}@{a}", overflow=args.overflow)
                 rows.append({"system": f"{name} ({config.model.kind}), trained, base_interpolation {a}",
                              **{k: ndcg(scoring, v) for k, v in sets.items()}, "base_interpolation": a})
                 print(json.dumps(rows[-1]), flush=True)
@@ -132,7 +133,7 @@ def main() -> None:
     qids = read_labels(labels, columns=["qid"]).column("qid").to_pylist()
     results = {"machine": machine_info(), "labels": str(labels), "gold_proxy": args.labels is None,
                "smoothing": args.smoothing, "train_queries": len(set(qids)), "train_pairs": len(qids),
-               "query_overflow": args.query_overflow,
+               "overflow": args.overflow,
                "sets": {k: {"queries": len(v), "pairs": sum(len(q.candidates) for q in v)} for k, v in sets.items()},
                "rows": rows}
     (out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
@@ -148,7 +149,7 @@ def markdown(results: dict, args) -> str:
              f"Machine: {m['cpu']} ({' '.join(m.get('cpu_flags') or [])}), {m['cores_usable']} cores, {m['ram_gib']} GiB, "
              f"no GPU; {m['timestamp']}. Scores: the torch scoring graph, fp32"
              + ("; queries over the student's max_query_tokens cut, as the server cuts them by default."
-                if results["query_overflow"] == "truncate" else "."), "",
+                if results.get("overflow", results.get("query_overflow")) == "truncate" else "."), "",
              "Teacher: " + (f"gold proxy (each pair's gold label, smoothing {results['smoothing']})"
                             if results["gold_proxy"] else results["labels"])
              + f": {results['train_pairs']} labelled pairs of {results['train_queries']} questions.", "",
@@ -173,7 +174,7 @@ def markdown(results: dict, args) -> str:
            + (f" --interpolations {args.interpolations}" if args.interpolations else "")
            + (f" --seed {args.seed}" if args.seed else "")
            + (f" --ugc-seed {args.ugc_seed}" if args.ugc_seed else "")
-           + (f" --query-overflow {args.query_overflow}" if args.query_overflow != "reject" else ""))
+           + (f" --overflow {args.overflow}" if args.overflow != DEFAULT_OVERFLOW else ""))
     lines += ["", f"Reproduce: `{cmd}`", ""]
     return "\n".join(lines)
 

@@ -7,7 +7,7 @@ number, not a guess:
 * **speed** (``--artifact``, ``--variant``): the served variant, opened by
   ``r3edge.core.runtime_loader.open_runtime`` as the server opens it, scores the seeded ``--questions``
   sample's top-100 requests through ``score_encoded`` (its prefix-reuse graphs where the artifact has them,
-  queries truncated as the server's ``--truncation truncate`` does) with the artifact's own document budget
+  long queries cut by the one default overflow policy, as the server cuts them) with the artifact's own document budget
   and each smaller one in ``--doc-tokens``, in shuffled rounds; p50 ms per top-100 and the tokens encoded.
   The weights are the artifact's: a smaller budget here is the time a student trained with that budget
   would take, and the nDCG@10 beside it is that of weights trained on the larger one (a proxy);
