@@ -35,11 +35,10 @@ def configure(parser):
                         help="held-back queries, each a top-100 request in the benchmark")
     parser.add_argument("--heldout-teacher-candidates", type=int, default=6,
                         help="top-ranked candidates per held-back query that the teacher also labels "
-                             "(the teacher is far too slow for all 100)")
+                             "(only these, to bound the demo's time; the report's agreement is measured on them)")
     parser.add_argument("--variants", default="fp32,int8-smooth",
-                        help="export variants to build and benchmark (int8-smooth: batch invariant, ~1.4x fp32's speed on "
-                             "the demo's encoder student and the closest to fp32 of the fast INT8 variants: "
-                             "benchmarks/results/speed-cpu-2core)")
+                        help="export variants to build and benchmark (int8-smooth: the batch-invariant INT8 variant; "
+                             "the demo's report times every variant beside fp32 on this machine)")
     parser.add_argument("--requests", type=int, default=6, help="top-100 requests per system in the benchmark")
     parser.add_argument("--seed", type=int, default=0, help="seed of the demo data generator")
     parser.add_argument("--force", action="store_true", help="redo every stage even if its output is complete")
