@@ -47,7 +47,8 @@ class ServeConfig(BaseModel):
                                 "runtime (its calls are thread-safe); unset: 2, or 1 on a one-CPU machine")
     threads: int | None = Field(None, ge=1, description="intra-op threads of each worker's runtime calls; unset: the "
                                 "CPUs this process may use, shared among the workers")
-    prefix_reuse: bool = Field(True, description="score a request's shared prefix (a causal student's template head + query, a cosine student's query) once "
+    prefix_reuse: bool = Field(True, description="score a request's shared prefix (a causal student's template head + query, "
+                               "a cosine student's query) once "
                                "per request when the artifact has prefix-reuse graphs (`r3edge export --prefix-reuse`)")
     max_batch_tokens: int | None = Field(None, ge=1, description="padded-token budget of one micro-batch; unset: the "
                                          f"runtime's own ({DEFAULT_MAX_BATCH_TOKENS} on CPU, {GPU_MAX_BATCH_TOKENS} when "
