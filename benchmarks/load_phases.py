@@ -99,8 +99,10 @@ def server_pid(address: str) -> int | None:
     """The pid listening on ``address``'s port when it is a loopback address of this machine, else None."""
     import psutil
 
+    from r3edge.core.net import is_loopback
+
     host, _, port = address.rpartition(":")
-    if host.strip("[]") not in ("127.0.0.1", "localhost", "::1", "0.0.0.0"):
+    if not (is_loopback(host) or host == "0.0.0.0"):  # a server bound to every address is reached here too
         return None
     try:
         conns = psutil.net_connections(kind="tcp")
