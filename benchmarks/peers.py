@@ -126,7 +126,7 @@ def measure_peers(student: str | Path, queries: Sequence[QueryCandidates], *, ar
     ``targets``) and the sentence-transformers ``peers`` on ``queries``; the results dict :func:`write_report`
     writes."""
     if not queries:
-        raise InvalidInput("no requests to time", "pass a candidate-list JSONL with at least one query", field="--heldout")
+        raise InvalidInput("no requests to time", "pass a candidate-list JSONL with at least one query", field="--pairs")
     if reps < 1:
         raise InvalidInput(f"--reps {reps} times nothing", "pass --reps 1 or more", field="--reps")
     if not (artifact and variants) and not targets:

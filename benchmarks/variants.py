@@ -63,7 +63,7 @@ def measure_variants(artifact: str | Path, queries: Sequence[QueryCandidates], *
     """Time and compare ``variants`` (default: every variant in the manifest; fp32 is always added) of
     ``artifact`` on ``queries``; the results dict :func:`write_report` writes."""
     if not queries:
-        raise InvalidInput("no requests to time", "pass a candidate-list JSONL with at least one query", field="--heldout")
+        raise InvalidInput("no requests to time", "pass a candidate-list JSONL with at least one query", field="--pairs")
     if reps < 1:
         raise InvalidInput(f"--reps {reps} times nothing", "pass --reps 1 or more", field="--reps")
     manifest = read_manifest(artifact)

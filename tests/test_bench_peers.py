@@ -40,7 +40,7 @@ def test_peer_ranks_as_r3edge_fp32_and_the_report_reads_the_results(cosine_stude
     out = tmp_path / "peers"
     peers = "st-torch-fp32,st-onnx-fp32"
     assert main(["bench", "peers", "--student", str(student), "--artifact", str(artifact), "--peers-python", sys.executable,
-                 "--heldout", str(write_heldout(tmp_path / "heldout.jsonl")), "--peers", peers, "--reps", "1",
+                 "--pairs", str(write_heldout(tmp_path / "heldout.jsonl")), "--peers", peers, "--reps", "1",
                  "--pause", "0", "--threads", "1", "--out", str(out)]) == 0
     results = json.loads((out / "results.json").read_text())
     rows = {r["system"]: r for r in results["rows"]}

@@ -64,7 +64,7 @@ def test_bench_variants_recommends_the_fastest_faithful_variant(tiny_artifact, t
 
     artifact = _with_length_only_variant(tiny_artifact, tmp_path / "artifact")
     out = tmp_path / "variants"
-    assert main(["bench", "variants", "--artifact", str(artifact), "--heldout", str(write_heldout(tmp_path / "heldout.jsonl")),
+    assert main(["bench", "variants", "--artifact", str(artifact), "--pairs", str(write_heldout(tmp_path / "heldout.jsonl")),
                  "--variants", LENGTH_ONLY, "--reps", "2", "--pause", "0", "--threads", "1", "--out", str(out)]) == 0
     results = json.loads((out / "results.json").read_text())
     rows = results["variants"]

@@ -15,7 +15,9 @@ from r3edge.core.fidelity import MIN_TOP10_OVERLAP
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--student", required=True, help="the cosine student's directory (`r3edge train`): the peers' weights")
-    parser.add_argument("--heldout", required=True, help="candidate-list JSONL: each query with its candidates is one request")
+    parser.add_argument("--pairs", "--heldout", dest="pairs", required=True,
+                        help="candidate-list JSONL: each query with its candidates is one request (the name the other "
+                             "bench tools use; --heldout: its earlier name, in committed reproduce lines)")
     parser.add_argument("--artifact", default=None,
                         help="the student's artifact (`r3edge export`): each of --variants is served by a child `r3edge serve`")
     parser.add_argument("--variants", default="fp32", help="comma-separated variants of --artifact to serve; the first is the "
@@ -27,7 +29,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--peers", default="all",
                         help="comma-separated, of st-torch-fp32, st-onnx-fp32, st-onnx-int8, st-openvino-fp32, openvino-int8-nncf; "
                              "all: every one --peers-python can build (the report names the others and why)")
-    parser.add_argument("--max-requests", type=int, default=10, help="use only the first N requests of --heldout")
+    parser.add_argument("--max-requests", type=int, default=10, help="use only the first N requests of --pairs")
     parser.add_argument("--threads", type=int, default=2, help="threads of each child server (--artifact) and of the peers")
     parser.add_argument("--reps", type=int, default=3, help="timed passes over the requests")
     parser.add_argument("--pause", type=float, default=0.2, help="seconds of quiet before each timed call")
@@ -54,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
     from r3edge.core.pairs import read_queries
 
     results = measure_peers(
-        args.student, read_queries(args.heldout)[: args.max_requests], artifact=args.artifact,
+        args.student, read_queries(args.pairs)[: args.max_requests], artifact=args.artifact,
         variants=[v for v in args.variants.split(",") if v], targets=_targets(args.target),
         peers_python=args.peers_python, peers=[p for p in args.peers.split(",") if p], threads=args.threads,
         reps=args.reps, pause_s=args.pause, min_overlap=args.min_overlap,

@@ -13,11 +13,13 @@ from r3edge.core.fidelity import MIN_TOP10_OVERLAP
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--artifact", required=True, help="artifact directory (`r3edge export`) with fp32 and the variants to compare")
-    parser.add_argument("--heldout", required=True, help="candidate-list JSONL: each query with its candidates is one request")
+    parser.add_argument("--pairs", "--heldout", dest="pairs", required=True,
+                        help="candidate-list JSONL: each query with its candidates is one request (the name the other "
+                             "bench tools use; --heldout: its earlier name, in committed reproduce lines)")
     parser.add_argument("--variants", default=None,
                         help="comma-separated (default: every variant of the artifact; fp32 is always added); VARIANT@bf16 "
                              "or @f32: an OpenVINO variant compiled with that inference precision")
-    parser.add_argument("--max-requests", type=int, default=None, help="use only the first N requests of --heldout")
+    parser.add_argument("--max-requests", type=int, default=None, help="use only the first N requests of --pairs")
     parser.add_argument("--threads", type=int, default=2, help="intra-op threads of every variant")
     parser.add_argument("--reps", type=int, default=10, help="timed rounds; each scores the next request with every variant")
     parser.add_argument("--pause", type=float, default=0.25, help="seconds of quiet before each timing")
@@ -37,7 +39,7 @@ def run(args: argparse.Namespace) -> int:
     from r3edge.core.pairs import read_queries
 
     results = measure_variants(
-        args.artifact, read_queries(args.heldout)[: args.max_requests],
+        args.artifact, read_queries(args.pairs)[: args.max_requests],
         variants=[v for v in args.variants.split(",") if v] if args.variants else None,
         threads=args.threads, reps=args.reps, pause_s=args.pause, prefix_reuse=args.prefix_reuse,
         min_overlap=args.min_overlap, student=args.student, log=lambda line: print(line, file=sys.stderr, flush=True))
