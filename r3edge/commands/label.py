@@ -20,7 +20,11 @@ import argparse
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("pairs", help="pairs JSONL (candidate-list or flat form; docs/ARCHITECTURE.md, contract 1)")
+    from r3edge.distill.data.formats import add_format_arguments
+
+    parser.add_argument("pairs", help="pairs JSONL (candidate-list or flat form; docs/ARCHITECTURE.md, contract 1), a Parquet "
+                                      "file, a datasets dataset, or a BEIR or MS MARCO folder (--format, --split)")
+    add_format_arguments(parser)
     parser.add_argument("--teacher", default="r3a-smollm2",
                         help="teacher config: a shipped name (r3a-smollm2, r3a-7b, umbrela-smollm2, retro-smollm2, "
                              "tongxiao-smollm2, true-smollm2, crux-smollm2, ...) or a YAML path")
@@ -48,6 +52,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from r3edge.distill.data.formats import pairs_file
+
+    with pairs_file(args.pairs, args.format, args.split) as args.pairs:  # other formats: as `r3edge pairs --from` writes them
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
     if args.merge:
         from r3edge.distill.label.driver import merge_shards
 
