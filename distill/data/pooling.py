@@ -71,7 +71,7 @@ class Doc:
 class RunHit:
     docid: str
     rank: int
-    score: float
+    score: float | None  # None: the run gives ranks only (MS MARCO's qid<TAB>pid<TAB>rank)
     line: int
 
 
@@ -339,7 +339,9 @@ def pool(queries: list[Query], docs: list[Doc], index: BM25Index, *, bm25_k: int
             for h in (run or {}).get(q.qid, [])[:run_k]:
                 m = info.setdefault(h.docid, {"sources": []})
                 m["sources"].append("reranker")
-                m["reranker_rank"], m["reranker_score"] = h.rank, h.score
+                m["reranker_rank"] = h.rank
+                if h.score is not None:  # MS MARCO runs rank without a score
+                    m["reranker_score"] = h.score
             grades = (qrels or {}).get(q.qid, {})
             for docid, rel in grades.items():
                 if rel > 0:

@@ -1,4 +1,4 @@
-"""Write candidate-list JSONL, the format every other stage reads, in one of two modes.
+"""Write candidate-list JSONL, the format every other stage reads, in one of three modes.
 
 Demo (``--out F`` alone): the embedded generator of user-generated-content posts. Queries are short
 and ambiguous, posts are informal (emoji, hashtags, slang, chatter), each query has auxiliary
@@ -9,7 +9,13 @@ Pooling (``--queries Q.jsonl --corpus C.jsonl --out F``): per query, the union o
 qrels file grades above 0 (clicks), deduplicated, in that order; qrels grades become gold labels
 (unjudged documents get none), each candidate's meta says which sources found it, and the top
 ``--aux-k`` BM25 hits become the query's auxiliary documents. Queries JSONL: {"qid", "query",
-"meta"?}; corpus JSONL: {"docid", "text", "title"?, "meta"?}.
+"meta"?}; corpus JSONL: {"docid", "text", "title"?, "meta"?}. ``--format beir`` or ``msmarco`` reads BEIR's
+``queries.jsonl``/``corpus.jsonl``/``qrels/SPLIT.tsv`` or MS MARCO's ``queries.*.tsv``/``collection.tsv`` instead
+(told from --corpus when left out); --run is TREC's six columns or MS MARCO's ``qid<TAB>pid<TAB>rank``.
+
+Conversion (``--from SOURCE --out F``): a pair source in another format (Parquet, a ``datasets`` dataset,
+a BEIR or MS MARCO folder's judged pairs) written as candidate-list JSONL, the same pairs `r3edge label
+SOURCE` labels. The formats: ``r3edge.distill.data.formats``.
 """
 
 from __future__ import annotations
@@ -21,7 +27,13 @@ POOL_DEFAULTS = {"bm25_k": 100, "run_k": 20, "aux_k": 3, "stemmer": "english", "
 
 
 def configure(parser):
+    from r3edge.distill.data.formats import add_format_arguments
+
     parser.add_argument("--out", required=True, help="JSONL file to write (candidate-list form)")
+    parser.add_argument("--from", dest="source", default=argparse.SUPPRESS, metavar="SOURCE",
+                        help="convert a pair source (a Parquet file, a datasets dataset, a BEIR or MS MARCO folder, pairs "
+                             "JSONL) into candidate-list JSONL, as `r3edge label SOURCE` reads it")
+    add_format_arguments(parser, default=argparse.SUPPRESS)
     parser.add_argument("--queries", default=argparse.SUPPRESS,
                         help="demo: number of queries (12 when left out); pooling: the queries JSONL file")
     demo = parser.add_argument_group("demo generator (without --corpus)")
@@ -50,13 +62,25 @@ def run(args) -> int:
     from r3edge.core.errors import InvalidInput
 
     # Options left out are absent (their defaults depend on the mode); None marks them from here on.
-    for name in ("queries", "corpus", "run", "qrels", *DEMO_DEFAULTS, *POOL_DEFAULTS):
+    for name in ("queries", "corpus", "run", "qrels", "source", "format", "split", *DEMO_DEFAULTS, *POOL_DEFAULTS):
         if not hasattr(args, name):
             setattr(args, name, None)
 
     pool_flags = _given(args, ["corpus", *POOL_DEFAULTS, "run", "qrels"])
     queries_is_count = args.queries is None or args.queries.strip().lstrip("-").isdigit()
+    if args.source is not None:
+        others = pool_flags + _given(args, DEMO_DEFAULTS) + (["--queries"] if args.queries is not None else [])
+        if others:
+            raise InvalidInput(f"--from converts a pair source; {', '.join(others)} belong to pooling or the demo",
+                               f"drop {', '.join(others)}, or drop --from", field=others[0])
+        return _convert(args)
+    if args.split is not None:
+        raise InvalidInput("--split picks a split of a --from source", "add --from SOURCE, or drop --split (pooling reads "
+                           "the files --queries, --corpus and --qrels name)", field="--split")
     if not pool_flags and queries_is_count:
+        if args.format is not None:
+            raise InvalidInput("--format names the format of --from or of pooling's files, and neither is given",
+                               "add --from SOURCE (or --queries Q --corpus C), or drop --format", field="--format")
         return _demo(args)
     if args.corpus is None:
         given = ", ".join(pool_flags) or f"--queries {args.queries}"
@@ -93,10 +117,24 @@ def _demo(args) -> int:
     return 0
 
 
+def _convert(args) -> int:
+    from r3edge.core.pairs import write_queries
+    from r3edge.distill.data.formats import detect_format, read_pairs
+
+    fmt = args.format or detect_format(args.source)
+    queries = read_pairs(args.source, fmt, split=args.split)
+    write_queries(args.out, queries)
+    n = sum(len(q.candidates) for q in queries)
+    labelled = sum(c.label is not None for q in queries for c in q.candidates)
+    print(f"wrote {len(queries)} queries, {n} pairs ({labelled} labelled) from {args.source} ({fmt}) to {args.out}")
+    return 0
+
+
 def _pool(args) -> int:
     from r3edge.core.errors import InvalidInput
     from r3edge.core.pairs import write_queries
-    from r3edge.distill.data.pooling import pool_files
+    from r3edge.distill.data.formats import detect_pool_format, read_collection
+    from r3edge.distill.data.pooling import BM25Index, pool
 
     for name, default in POOL_DEFAULTS.items():
         if getattr(args, name) is None:
@@ -109,9 +147,11 @@ def _pool(args) -> int:
         raise InvalidInput("--bm25-k 0 without --run or --qrels pools nothing", "raise --bm25-k or add --run / --qrels",
                            field="--bm25-k")
     none = lambda v: None if v.lower() in ("none", "") else v
-    queries, stats = pool_files(args.queries, args.corpus, bm25_k=args.bm25_k, run_path=args.run, run_k=args.run_k,
-                                qrels_path=args.qrels, aux_k=args.aux_k, stemmer=none(args.stemmer),
-                                stopwords=none(args.stopwords))
+    fmt = args.format or detect_pool_format(args.corpus)
+    coll = read_collection(fmt, args.queries, args.corpus, run_path=args.run, qrels_path=args.qrels)
+    index = BM25Index(coll.docs, stemmer=none(args.stemmer), stopwords=none(args.stopwords))
+    queries, stats = pool(coll.queries, coll.docs, index, bm25_k=args.bm25_k, run=coll.run, run_k=args.run_k,
+                          qrels=coll.qrels, aux_k=args.aux_k)
     if not queries:
         raise InvalidInput("no query has a candidate: BM25 matched nothing and no run or qrels added any",
                            "check that --queries and --corpus share a language and vocabulary", field="--queries")

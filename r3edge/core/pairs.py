@@ -7,12 +7,14 @@ Two JSONL forms are accepted (docs/ARCHITECTURE.md, contract 1):
 * flat form, one pair per line: ``{"qid", "query", "docid", "text", "label"?, "aux"?, "meta"?, "query_meta"?}``
 
 Both are read into :class:`QueryCandidates`; flat lines of the same ``qid`` are grouped in file order.
-Errors name the file, the line number and the field.
+Errors name the file, the line number and the field. :func:`parse_records` is the one parser of these
+fields: the Parquet and ``datasets`` readers (``r3edge.distill.data.formats``) hand it their rows.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -106,58 +108,70 @@ def _meta(obj: dict, where: str, key: str = "meta") -> dict | None:
 
 
 def read_queries(path: str | Path) -> list[QueryCandidates]:
-    """Read a pairs file in either form; every error names the line."""
+    """Read a pairs JSONL file in either form; every error names the line."""
     path = Path(path)
     if not path.is_file():
         raise InvalidInput(f"pairs file {path} does not exist", "pass a JSONL file (`r3edge pairs --help` makes one)")
+
+    def lines():
+        with path.open(encoding="utf-8") as fh:
+            for lineno, line in enumerate(fh, start=1):
+                if not line.strip():
+                    continue
+                where = f"{path} line {lineno}"
+                try:
+                    obj = json.loads(line)
+                except json.JSONDecodeError as exc:
+                    raise InvalidInput(f"{where}: not valid JSON ({exc.msg} at column {exc.colno})",
+                                       "fix or remove that line (a file in another format: pass --format)") from exc
+                yield where, obj
+
+    return parse_records(lines(), str(path))
+
+
+def parse_records(records: Iterable[tuple[str, object]], source: str) -> list[QueryCandidates]:
+    """Pair records in either form (a JSONL line's object, a Parquet or ``datasets`` row) into candidate
+    lists, ``where`` naming each record's line or row in errors: the one parser of contract 1's fields."""
     groups: dict[str, QueryCandidates] = {}
-    with path.open(encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, start=1):
-            if not line.strip():
-                continue
-            where = f"{path} line {lineno}"
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise InvalidInput(f"{where}: not valid JSON ({exc.msg} at column {exc.colno})", "fix or remove that line") from exc
-            if not isinstance(obj, dict):
-                raise InvalidInput(f"{where}: expected a JSON object", "write one object per line")
-            qid = _need(obj, "qid", str, where)
-            query = _need(obj, "query", str, where)
-            if "candidates" in obj:
-                cands_raw = _need(obj, "candidates", list, where)
-                cands = []
-                for j, c in enumerate(cands_raw):
-                    cw = f"{where} candidates[{j}]"
-                    if not isinstance(c, dict):
-                        raise InvalidInput(f"{cw}: expected an object", "write {\"docid\":..., \"text\":...}")
-                    rank = c.get("rank")
-                    cands.append(
-                        Candidate(_need(c, "docid", str, cw), _need(c, "text", str, cw), _label(c, cw),
-                                  int(rank) if rank is not None else None, _meta(c, cw))
-                    )
-                if qid in groups:
-                    raise InvalidInput(f"{where}: qid {qid!r} appears twice", "merge its candidates into one line")
-                groups[qid] = QueryCandidates(qid, query, cands, _aux(obj, where), _meta(obj, where))
+    for where, obj in records:
+        if not isinstance(obj, dict):
+            raise InvalidInput(f"{where}: expected a JSON object", "write one object per line")
+        qid = _need(obj, "qid", str, where)
+        query = _need(obj, "query", str, where)
+        if "candidates" in obj:
+            cands_raw = _need(obj, "candidates", list, where)
+            cands = []
+            for j, c in enumerate(cands_raw):
+                cw = f"{where} candidates[{j}]"
+                if not isinstance(c, dict):
+                    raise InvalidInput(f"{cw}: expected an object", "write {\"docid\":..., \"text\":...}")
+                rank = c.get("rank")
+                cands.append(
+                    Candidate(_need(c, "docid", str, cw), _need(c, "text", str, cw), _label(c, cw),
+                              int(rank) if rank is not None else None, _meta(c, cw))
+                )
+            if qid in groups:
+                raise InvalidInput(f"{where}: qid {qid!r} appears twice", "merge its candidates into one line")
+            groups[qid] = QueryCandidates(qid, query, cands, _aux(obj, where), _meta(obj, where))
+        else:
+            cand = Candidate(_need(obj, "docid", str, where), _need(obj, "text", str, where), _label(obj, where),
+                             None, _meta(obj, where))
+            g = groups.get(qid)
+            if g is None:
+                groups[qid] = QueryCandidates(qid, query, [cand], _aux(obj, where), _meta(obj, where, "query_meta"))
             else:
-                cand = Candidate(_need(obj, "docid", str, where), _need(obj, "text", str, where), _label(obj, where),
-                                 None, _meta(obj, where))
-                g = groups.get(qid)
-                if g is None:
-                    groups[qid] = QueryCandidates(qid, query, [cand], _aux(obj, where), _meta(obj, where, "query_meta"))
-                else:
-                    if g.query != query:
-                        raise InvalidInput(f"{where}: qid {qid!r} has a different query text than before",
-                                          "use one query text per qid")
-                    cand.rank = None
-                    g.candidates.append(cand)
+                if g.query != query:
+                    raise InvalidInput(f"{where}: qid {qid!r} has a different query text than before",
+                                      "use one query text per qid")
+                cand.rank = None
+                g.candidates.append(cand)
     if not groups:
-        raise InvalidInput(f"pairs file {path} holds no records", "write at least one JSON line")
+        raise InvalidInput(f"pairs file {source} holds no records", "write at least one pair record")
     for g in groups.values():
         seen = set()
         for c in g.candidates:
             if c.docid in seen:
-                raise InvalidInput(f"{path}: qid {g.qid!r} lists docid {c.docid!r} twice", "keep one copy of each candidate")
+                raise InvalidInput(f"{source}: qid {g.qid!r} lists docid {c.docid!r} twice", "keep one copy of each candidate")
             seen.add(c.docid)
     return list(groups.values())
 
