@@ -12,10 +12,9 @@ server formats them and padded to the profile's calibration shape. The engine fi
 the GPU model and TensorRT version that built it.
 
 An alternative that needs no engine file: ONNX Runtime's TensorRT execution provider, which builds
-and caches engines itself. Today it is reachable from Python only, as
-``open_runtime(artifact, device="tensorrt")`` (r3edge.core.runtime_loader, r3edge.core.onnx_runtime).
-``r3edge serve`` has no ``--device`` flag yet (issue 46 adds it): it opens ONNX Runtime's CUDA
-provider when the installed onnxruntime has it, else the CPU, and never TensorRT.
+and caches engines itself (``trt_cache/`` in the artifact): ``r3edge serve ARTIFACT --device tensorrt``,
+or ``open_runtime(artifact, device="tensorrt")`` from Python (r3edge.core.devices holds the rules). It
+opens only where TensorRT's libraries are on the library path, and was not run on r3edge's machines.
 """
 
 from __future__ import annotations

@@ -16,6 +16,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from r3edge.core.config import resolve_config, validated
+from r3edge.core.devices import Device
 from r3edge.core.errors import InvalidInput
 from r3edge.core.scoring import (
     DEFAULT_MAX_BATCH_SIZE,
@@ -42,7 +43,13 @@ class ServeConfig(BaseModel):
                                   "/v2/rerank, /health, /metrics) on this port, same engine; 0 picks a free one")
     metrics_port: int | None = Field(None, ge=0, le=65535, description="serve Prometheus /metrics on this port "
                                      "(plain HTTP, no auth; 0 picks a free one)")
-    variant: str | None = Field(None, description="model variant in the artifact (fp32, int8, ...); default: the manifest's")
+    variant: str | None = Field(None, description="model variant in the artifact (fp32, int8, ...); default: on the CPU "
+                                "the manifest's default (the fastest variant that passed at export), on a GPU fp16 "
+                                "else fp32")
+    device: Device = Field("auto", description="where the model runs: 'cpu', 'cuda' (ONNX Runtime's CUDA provider, "
+                           "needs onnxruntime-gpu: the serve-gpu extra), 'tensorrt' (ORT's TensorRT provider, "
+                           "needs TensorRT's libraries) or 'auto' (cuda when onnxruntime has it and a GPU is visible, "
+                           "else cpu); a named device that cannot open stops the start with the reason")
     workers: int | None = Field(None, ge=1, description="batcher threads running micro-batches concurrently on the one "
                                 "runtime (its calls are thread-safe); unset: 2, or 1 on a one-CPU machine")
     threads: int | None = Field(None, ge=1, description="intra-op threads of each worker's runtime calls; unset: the "

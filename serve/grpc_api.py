@@ -221,6 +221,8 @@ class RerankerService:
                               overflow=cfg.overflow, workers=engine.workers),
             torch_loaded="torch" in sys.modules,
             runtime_info_json=json.dumps(info, default=str),
+            device=str(runtime.device), provider=str((info.get("providers") or [""])[0]),
+            variant_reason=str(runtime.variant_reason),
         )
 
 

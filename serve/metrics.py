@@ -7,7 +7,7 @@ several servers live in one process (tests, benchmarks) without mixing their cou
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 #: Request phases timed by ``r3edge_request_duration_seconds``: waiting in the engine's queue before
@@ -48,7 +48,16 @@ class ServeMetrics:
                                      ("reason",), registry=r)
         self.truncated = Counter("r3edge_truncated", "Inputs cut to the scoring contract's budget, by part (query, document)",
                                  ("part",), registry=r)
+        self.model = Info("r3edge_model", "What is served: variant, device, the execution provider leading its session "
+                          "and why the variant runs", registry=r)
         self._children: dict[tuple, object] = {}
+
+    def describe_model(self, runtime) -> None:
+        """``r3edge_model_info{variant, device, provider, variant_reason}`` for the runtime being served."""
+        info = runtime.info()
+        self.model.info({"variant": str(info.get("variant", "")), "device": str(getattr(runtime, "device", "")),
+                         "provider": str((info.get("providers") or [""])[0]),
+                         "variant_reason": str(getattr(runtime, "variant_reason", ""))})
 
     def _child(self, metric, *labels):
         # each labelled child is looked up once: ``labels()`` takes a lock and validates its

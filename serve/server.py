@@ -46,11 +46,11 @@ def workers_for(cfg: ServeConfig) -> int:
 
 
 def load_runtime_for(cfg: ServeConfig) -> Runtime:
-    """The artifact's runtime for the configured variant, ONNX Runtime or OpenVINO as its manifest
-    says (the server never runs torch); its threads default to the machine's CPUs shared among the
-    engine's workers."""
+    """The artifact's runtime for the configured variant and device, ONNX Runtime or OpenVINO as its
+    manifest says (the server never runs torch); its threads default to the machine's CPUs shared
+    among the engine's workers."""
     return open_runtime(cfg.artifact, variant=cfg.variant, threads=cfg.threads or max(1, usable_cores() // workers_for(cfg)),
-                        prefix_reuse=cfg.prefix_reuse)
+                        device=cfg.device, prefix_reuse=cfg.prefix_reuse)
 
 
 class RerankServer:
@@ -122,9 +122,10 @@ class RerankServer:
             raise
         self.engine = engine
         self.service.set_engine(engine)
+        self.metrics.describe_model(engine.runtime)
         await self._set_health(True)
-        log.info("serving %s %s on %s:%s%s", cfg.artifact, self.service.variant or "-", cfg.host, self.port,
-                 f" (HTTP :{self.http_port})" if self.http_port else "")
+        log.info("serving %s %s on %s:%s%s (%s: %s)", cfg.artifact, self.service.variant or "-", cfg.host, self.port,
+                 f" (HTTP :{self.http_port})" if self.http_port else "", engine.runtime.name, engine.runtime.variant_reason)
         return self.port
 
     async def _set_health(self, serving: bool) -> None:

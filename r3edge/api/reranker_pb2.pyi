@@ -121,7 +121,7 @@ class Limits(_message.Message):
     def __init__(self, max_candidates: _Optional[int] = ..., max_batch_tokens: _Optional[int] = ..., max_batch_size: _Optional[int] = ..., max_concurrent_requests: _Optional[int] = ..., max_queue_delay_ms: _Optional[float] = ..., max_batch_wait_ms: _Optional[float] = ..., overflow: _Optional[str] = ..., workers: _Optional[int] = ...) -> None: ...
 
 class ModelInfoResponse(_message.Message):
-    __slots__ = ("artifact", "variant", "runtime", "label_tokens", "label_values", "max_query_tokens", "max_doc_tokens", "max_total_tokens", "scorer_fingerprint", "limits", "torch_loaded", "runtime_info_json")
+    __slots__ = ("artifact", "variant", "runtime", "label_tokens", "label_values", "max_query_tokens", "max_doc_tokens", "max_total_tokens", "scorer_fingerprint", "limits", "torch_loaded", "runtime_info_json", "device", "provider", "variant_reason")
     ARTIFACT_FIELD_NUMBER: _ClassVar[int]
     VARIANT_FIELD_NUMBER: _ClassVar[int]
     RUNTIME_FIELD_NUMBER: _ClassVar[int]
@@ -134,6 +134,9 @@ class ModelInfoResponse(_message.Message):
     LIMITS_FIELD_NUMBER: _ClassVar[int]
     TORCH_LOADED_FIELD_NUMBER: _ClassVar[int]
     RUNTIME_INFO_JSON_FIELD_NUMBER: _ClassVar[int]
+    DEVICE_FIELD_NUMBER: _ClassVar[int]
+    PROVIDER_FIELD_NUMBER: _ClassVar[int]
+    VARIANT_REASON_FIELD_NUMBER: _ClassVar[int]
     artifact: str
     variant: str
     runtime: str
@@ -146,4 +149,7 @@ class ModelInfoResponse(_message.Message):
     limits: Limits
     torch_loaded: bool
     runtime_info_json: str
-    def __init__(self, artifact: _Optional[str] = ..., variant: _Optional[str] = ..., runtime: _Optional[str] = ..., label_tokens: _Optional[_Iterable[str]] = ..., label_values: _Optional[_Iterable[float]] = ..., max_query_tokens: _Optional[int] = ..., max_doc_tokens: _Optional[int] = ..., max_total_tokens: _Optional[int] = ..., scorer_fingerprint: _Optional[str] = ..., limits: _Optional[_Union[Limits, _Mapping]] = ..., torch_loaded: _Optional[bool] = ..., runtime_info_json: _Optional[str] = ...) -> None: ...
+    device: str
+    provider: str
+    variant_reason: str
+    def __init__(self, artifact: _Optional[str] = ..., variant: _Optional[str] = ..., runtime: _Optional[str] = ..., label_tokens: _Optional[_Iterable[str]] = ..., label_values: _Optional[_Iterable[float]] = ..., max_query_tokens: _Optional[int] = ..., max_doc_tokens: _Optional[int] = ..., max_total_tokens: _Optional[int] = ..., scorer_fingerprint: _Optional[str] = ..., limits: _Optional[_Union[Limits, _Mapping]] = ..., torch_loaded: _Optional[bool] = ..., runtime_info_json: _Optional[str] = ..., device: _Optional[str] = ..., provider: _Optional[str] = ..., variant_reason: _Optional[str] = ...) -> None: ...

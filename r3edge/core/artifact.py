@@ -64,11 +64,16 @@ class Runtime(ABC):
     * ``name`` — short human label, e.g. ``"onnxruntime-cpu:int8"`` or ``"torch-cpu:fp32"``.
     * ``max_batch_tokens`` — the padded-token budget of one micro-batch on the device it opened
       (:func:`r3edge.core.scoring.default_max_batch_tokens`); the server's engine reads it.
+    * ``device`` — where its session actually runs (``cpu``, ``cuda``, ``tensorrt``).
+    * ``variant_reason`` — why this variant runs (set by :func:`r3edge.core.runtime_loader.open_runtime`:
+      asked for, the GPU default, or the manifest's default with the reason the export recorded).
     """
 
     scorer: Scorer
     name: str
     max_batch_tokens: int = DEFAULT_MAX_BATCH_TOKENS
+    device: str = "cpu"
+    variant_reason: str = "opened directly"
 
     @abstractmethod
     def label_logits(self, input_ids: np.ndarray, attention_mask: np.ndarray) -> np.ndarray:

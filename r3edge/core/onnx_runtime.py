@@ -16,11 +16,10 @@ from typing import Any
 import numpy as np
 
 from r3edge.core.artifact import INPUT_NAMES, OUTPUT_NAME, Runtime, check_inputs, open_variant
-from r3edge.core.errors import FormatError, InvalidInput, MissingDependency, require
+from r3edge.core.devices import resolve_device
+from r3edge.core.errors import FormatError, Unavailable, require
 from r3edge.core.onnx_prefix import OnnxPrefixRunner, prefix_files
 from r3edge.core.scoring import default_max_batch_tokens
-
-DEVICES = ("auto", "cpu", "cuda", "tensorrt")
 
 #: ONNX Runtime graph rewrites every r3edge session turns off. ``SkipLayerNormFusion`` folds
 #: ``Add`` (+ bias ``Add``) + ``LayerNormalization`` back into ``SkipLayerNormalization``, whose CPU
@@ -59,29 +58,19 @@ def open_session(path: str | Path, threads: int | None = None, providers: list |
 
 
 def _providers(device: str, variant: str, artifact_dir: Path) -> list:
-    """Provider list for ``device``; ``auto`` takes CUDA when this onnxruntime build has it."""
-    ort = require("onnxruntime", "serve")
-    available = set(ort.get_available_providers())
-    if device not in DEVICES:
-        raise InvalidInput(f"unknown device {device!r}", f"use one of {', '.join(DEVICES)}")
-    if device == "auto":
-        device = "cuda" if "CUDAExecutionProvider" in available else "cpu"
+    """Provider list for a device (``auto`` resolved by :func:`r3edge.core.devices.resolve_device`)."""
+    device, _ = resolve_device(device)
     cpu = "CPUExecutionProvider"
     if device == "cpu":
         return [cpu]
+    ort = require("onnxruntime", "serve")
+    if hasattr(ort, "preload_dlls"):
+        # onnxruntime-gpu finds the CUDA/cuDNN libraries that pip installed (nvidia-* wheels) only
+        # after this; on the lent GPU machines the CUDA provider does not open without it
+        ort.preload_dlls()
     cuda = ("CUDAExecutionProvider", {"cudnn_conv_algo_search": "HEURISTIC", "do_copy_in_default_stream": True})
-    if "CUDAExecutionProvider" not in available:
-        raise MissingDependency(
-            f"device={device} needs onnxruntime's CUDAExecutionProvider; this build has {sorted(available)}",
-            "pip install onnxruntime-gpu on a CUDA machine, or use device=cpu",
-        )
     if device == "cuda":
         return [cuda, cpu]
-    if "TensorrtExecutionProvider" not in available:
-        raise MissingDependency(
-            "device=tensorrt needs onnxruntime's TensorrtExecutionProvider",
-            "install onnxruntime-gpu with TensorRT libraries on the path, or use device=cuda",
-        )
     trt = (
         "TensorrtExecutionProvider",
         {
@@ -92,6 +81,19 @@ def _providers(device: str, variant: str, artifact_dir: Path) -> list:
         },
     )
     return [trt, cuda, cpu]
+
+
+def check_leading_provider(providers: list, opened: list[str], where: str) -> None:
+    """A session asked to lead with a GPU provider that opened on another one (ONNX Runtime falls back
+    to the CPU when the CUDA libraries or the GPU are missing, with only a log line) is an error:
+    a GPU server never runs on the CPU silently."""
+    asked = providers[0][0] if isinstance(providers[0], tuple) else providers[0]
+    if opened and opened[0] != asked:
+        raise Unavailable(
+            f"{where}: ONNX Runtime was asked for {asked} but opened the session on {opened[0]} "
+            "(the GPU's CUDA 12/13 and cuDNN 9 libraries were not found, or no GPU is usable)",
+            "check `nvidia-smi` and that onnxruntime-gpu matches the machine's CUDA (see docs/serving.md), "
+            "or serve with --device cpu", field="device")
 
 
 class OnnxRuntime(Runtime):
@@ -120,6 +122,7 @@ class OnnxRuntime(Runtime):
 
         self.session = make_session(self.model_path)
         self.providers = self.session.get_providers()
+        check_leading_provider(providers, self.providers, str(self.model_path))
         self.max_batch_tokens = default_max_batch_tokens(self.providers)  # what the session opened, not what was asked
         self._check_contract()
         # A causal student's prefix-reuse graphs, when the artifact has them for this variant:
@@ -132,8 +135,8 @@ class OnnxRuntime(Runtime):
             # Scoring goes through the prefix graphs; the single graph (checked above) is reopened only
             # if label_logits is called, so a server holds two copies of the weights, not three.
             self.session = None
-        dev = "cpu" if self.providers[0] == "CPUExecutionProvider" else self.providers[0].replace("ExecutionProvider", "").lower()
-        self.name = f"onnxruntime-{dev}:{self.variant}"
+        self.device = "cpu" if self.providers[0] == "CPUExecutionProvider" else self.providers[0].replace("ExecutionProvider", "").lower()
+        self.name = f"onnxruntime-{self.device}:{self.variant}"
 
     def _check_contract(self) -> None:
         n = self.scorer.spec.n_labels
@@ -178,6 +181,8 @@ class OnnxRuntime(Runtime):
             "variant": self.variant,
             "variants": list(self.manifest["variants"]),
             "providers": list(self.providers),
+            "device": self.device,
+            "variant_reason": self.variant_reason,
             "threads": self.threads or os.cpu_count(),
             "files": {"model": self.model_path.name, "scorer": "scorer.json", "tokenizer": "tokenizer.json",
                       **({} if self.prefix is None else self.prefix.files)},

@@ -195,6 +195,8 @@ class OpenVinoRuntime(Runtime):
             "variant": self.variant,
             "variants": list(self.manifest["variants"]),
             "providers": list(self.providers),
+            "device": self.device,
+            "variant_reason": self.variant_reason,
             "threads": self.threads or os.cpu_count(),
             "inference_precision": self.inference_precision,
             "files": {"model": self.model_path.name, "weights": self.model_path.with_suffix(".bin").name,

@@ -12,26 +12,32 @@ from pathlib import Path
 from typing import Any
 
 from r3edge.core.artifact import Runtime, read_manifest, variant_runtime
+from r3edge.core.devices import choose_variant, resolve_device
 from r3edge.core.errors import InvalidInput
 
-#: Keyword options each runtime takes beyond ``variant`` and ``threads``.
+#: Keyword options each runtime takes beyond ``variant``, ``threads`` and ``device``.
 OPTIONS: dict[str, tuple[str, ...]] = {
-    "onnxruntime": ("device", "prefix_reuse", "profile_prefix"),
-    "openvino": ("device", "prefix_reuse", "inference_precision"),
+    "onnxruntime": ("prefix_reuse", "profile_prefix"),
+    "openvino": ("prefix_reuse", "inference_precision"),
 }
 
 
 def open_runtime(artifact_dir: str | Path, variant: str | None = None, threads: int | None = None,
-                 **options: Any) -> Runtime:
-    """The runtime of ``variant`` (``None``: the manifest's default) of an ``r3edge export`` artifact.
+                 device: str = "auto", **options: Any) -> Runtime:
+    """The runtime of ``variant`` of an ``r3edge export`` artifact on ``device``.
 
-    ``threads`` caps the runtime's intra-op threads (its library's default when None). ``options``
-    go to the runtime: ``device`` and ``prefix_reuse`` to either; ``profile_prefix`` to ONNX Runtime
-    only, ``inference_precision`` to OpenVINO only. An option the variant's runtime does not take is
-    an :class:`InvalidInput` naming it.
+    ``device`` (:data:`r3edge.core.devices.DEVICES`) is resolved first (``auto``: CUDA when
+    onnxruntime has it and a GPU is visible, else the CPU); ``variant=None`` then picks the device's
+    default (:func:`r3edge.core.devices.choose_variant`: the manifest's default on the CPU, fp16 or
+    fp32 on a GPU), and a variant the device cannot run is an :class:`InvalidInput` at once. The
+    runtime's ``variant_reason`` says why its variant runs. ``threads`` caps the runtime's intra-op
+    threads (its library's default when None). ``options`` go to the runtime: ``prefix_reuse`` to
+    either; ``profile_prefix`` to ONNX Runtime only, ``inference_precision`` to OpenVINO only. An
+    option the variant's runtime does not take is an :class:`InvalidInput` naming it.
     """
     manifest = read_manifest(artifact_dir)
-    name = variant or manifest["default"]
+    resolved, device_why = resolve_device(device)
+    name, why = choose_variant(manifest, variant, resolved)
     runtime = variant_runtime(manifest, name)
     unknown = sorted(set(options) - set(OPTIONS[runtime]))
     if unknown:
@@ -40,10 +46,13 @@ def open_runtime(artifact_dir: str | Path, variant: str | None = None, threads: 
     if runtime == "openvino":
         from r3edge.core.openvino_runtime import OpenVinoRuntime
 
-        return OpenVinoRuntime(artifact_dir, variant=variant, threads=threads, **options)
-    from r3edge.core.onnx_runtime import OnnxRuntime
+        opened: Runtime = OpenVinoRuntime(artifact_dir, variant=name, threads=threads, device=resolved, **options)
+    else:
+        from r3edge.core.onnx_runtime import OnnxRuntime
 
-    return OnnxRuntime(artifact_dir, variant=variant, threads=threads, **options)
+        opened = OnnxRuntime(artifact_dir, variant=name, threads=threads, device=resolved, **options)
+    opened.variant_reason = why + ("" if device_why == "asked for" else f" (device {device_why})")
+    return opened
 
 
 __all__ = ["open_runtime", "OPTIONS"]

@@ -602,7 +602,7 @@ def score_pairs(
     queries: Sequence[str],
     documents: Sequence[str],
     *,
-    max_batch_tokens: int = DEFAULT_MAX_BATCH_TOKENS,
+    max_batch_tokens: int | None = None,
     max_batch_size: int = DEFAULT_MAX_BATCH_SIZE,
     stats: dict | None = None,
     prefix: PrefixRunner | None = None,
@@ -612,7 +612,9 @@ def score_pairs(
 
     ``run_batch(input_ids, attention_mask) -> label_logits`` is any runtime (torch, onnxruntime,
     ...). ``stats``, if given, receives ``truncated_docs``, ``doc_tokens_dropped``, ``n_batches`` and
-    ``tokenize_ms`` (the time spent turning text into ids, nothing else).
+    ``tokenize_ms`` (the time spent turning text into ids, nothing else). ``max_batch_tokens`` unset:
+    the runtime's own budget (``run_batch.max_batch_tokens``, e.g. larger on a GPU provider), else
+    :data:`DEFAULT_MAX_BATCH_TOKENS`.
     Every caller that scores pairs goes through here, so formatting, truncation, batching
     and reordering are the same in training-time evaluation, export parity, serving and benchmarks.
 
@@ -626,7 +628,9 @@ def score_pairs(
     tokenize_ms = (time.perf_counter() - t_tok) * 1e3
     if stats is not None:
         stats["tokenize_ms"] = tokenize_ms
-    return score_encoded(scorer, run_batch, encoded, max_batch_tokens=max_batch_tokens,
+    owner = getattr(run_batch, "__self__", run_batch)  # a runtime, or its bound label_logits
+    budget = max_batch_tokens or getattr(owner, "max_batch_tokens", None) or DEFAULT_MAX_BATCH_TOKENS
+    return score_encoded(scorer, run_batch, encoded, max_batch_tokens=budget,
                          max_batch_size=max_batch_size, stats=stats, prefix=prefix)
 
 
