@@ -17,7 +17,7 @@ import json
 import time
 from pathlib import Path
 
-from r3edge import __version__
+from r3edge.core.version import __version__
 from r3edge.core.artifact import INPUT_NAMES, OPENVINO, OUTPUT_NAME, PREFIX_GRAPHS, RUNTIMES, write_manifest
 from r3edge.core.errors import InvalidInput, NotFound, R3EdgeError, require
 from r3edge.core.fileio import partial_dir, publish_dir
@@ -116,7 +116,12 @@ def _ort_runner(path: Path, threads: int | None):
     from r3edge.core.onnx_runtime import open_session
 
     sess = open_session(path, threads)
-    return lambda ids, mask: sess.run([OUTPUT_NAME], {"input_ids": ids, "attention_mask": mask})[0]
+
+    def run(ids, mask):
+        return sess.run([OUTPUT_NAME], {"input_ids": ids, "attention_mask": mask})[0]
+
+    run.providers = sess.get_providers()  # the parity report's validated_on
+    return run
 
 
 def _variant_runner(name: str, path: Path, threads: int | None):
@@ -282,6 +287,7 @@ def _build_variants(scorer: Scorer, opts: ExportOptions, tmp: Path, fp32_path: P
             rep = check_variant(
                 name, scorer, _variant_runner(name, path, opts.threads), ref, queries, docs,
                 exact=name == "fp32" or (ov is not None and ov.exact), batch_invariant=preset.batch_invariant if preset else True, tol=tol,
+                max_score_diff=getattr(preset, "max_score_diff", None),
             )
         except ParityError as exc:
             if name == "fp32":
@@ -354,7 +360,8 @@ def _export_prefix_reuse(lm, scorer, tmp: Path, queries, docs, ref, opts: Export
         try:
             rep = check_prefix_graphs(scorer, runner, ref, queries, docs, tol=tol, variant=f"{name} (prefix reuse)",
                                       single=_variant_runner(name, tmp / variant_file(name), opts.threads),
-                                      exact=exact, batch_invariant=scheme.batch_invariant if scheme else True)
+                                      exact=exact, batch_invariant=scheme.batch_invariant if scheme else True,
+                                      max_score_diff=getattr(scheme, "max_score_diff", None))
         except ParityError as exc:
             runner.close()
             report["rejected"][f"prefix_reuse:{name}"] = {"check": str(exc.check), "what": exc.what}

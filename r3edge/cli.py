@@ -10,7 +10,7 @@ import argparse
 import importlib
 import sys
 
-from r3edge import __version__
+from r3edge.core.version import __version__
 from r3edge.commands.bench import TOOLS as BENCH_TOOLS
 from r3edge.core.errors import R3EdgeError
 

@@ -113,6 +113,12 @@ class Scored:
     def truncated_docs(self) -> int:
         return int(self.truncated.sum())
 
+    def ranking(self, top_k: int | None = None) -> list[int]:
+        """Document indices by score, highest first, ties in input order, the first ``top_k`` (all when
+        0 or None): the one ranking of every front door and of :class:`r3edge.serve.reranker.Reranker`."""
+        order = sorted(range(len(self.scores)), key=lambda i: (-float(self.scores[i]), i))
+        return order[:top_k] if top_k else order
+
 
 @dataclass(eq=False)  # compared and hashed by identity
 class _Job:

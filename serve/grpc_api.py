@@ -188,9 +188,7 @@ class RerankerService:
         cands = request.candidates
         s = await engine.score(request.query, _CandidateTexts(cands), deadline=self._deadline(context),
                                docs_field="candidates", text_field=".text", validate=lambda: self._check_ids(cands))
-        order = sorted(range(len(cands)), key=lambda i: (-s.scores[i], i))
-        if request.top_k:
-            order = order[: request.top_k]
+        order = s.ranking(request.top_k)
         results = [pb2.Result(id=cands[i].id, index=i, score=float(s.scores[i]), label_probs=s.probs[i].tolist(),
                               truncated=bool(s.truncated[i])) for i in order]
         return pb2.RerankResponse(results=results, model=self.model_name, timing=self._timing(s),

@@ -322,11 +322,8 @@ class _HttpDoor:
         s = await self._until_disconnect(request, engine.score(req.query, req.documents))
         spec = engine.scorer.spec
         rel = relevance_01(s.scores, spec.label_values)
-        order = sorted(range(len(req.documents)), key=lambda i: (-float(s.scores[i]), i))
-        if req.top_n:
-            order = order[: req.top_n]
         results = []
-        for i in order:
+        for i in s.ranking(req.top_n):
             r: dict[str, Any] = {"index": i, "relevance_score": float(rel[i]), "truncated": bool(s.truncated[i])}
             if req.return_documents:
                 r["document"] = {"text": req.documents[i]}

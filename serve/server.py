@@ -20,37 +20,17 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from r3edge.api import SERVICE_NAME
-from r3edge.core.artifact import Runtime
 from r3edge.core.errors import Unavailable
-from r3edge.core.hardware import usable_cores
-from r3edge.core.runtime_loader import open_runtime
 from r3edge.serve import security
 from r3edge.serve.config import ServeConfig
 from r3edge.serve.engine import Engine, lower_priority
 from r3edge.serve.grpc_api import RerankerService
+from r3edge.serve.loading import DEFAULT_WORKERS, engine_for, load_runtime_for, workers_for
 from r3edge.serve.metrics import ServeMetrics
 
 log = logging.getLogger("r3edge.serve")
 
-
-#: Batcher threads when ``--workers`` is unset. On 2 CPU cores two single-threaded workers served 16
-#: clients' top-10s at 1.56-1.72x the pairs/s of the per-request server and a lone top-100 in 0.70-0.72x
-#: its time, where one two-threaded worker gave 1.25-1.35x: small micro-batches split badly over two
-#: threads (benchmarks/results/serving-cpu-2core, run3 and run4).
-DEFAULT_WORKERS = 2
-
-
-def workers_for(cfg: ServeConfig) -> int:
-    """The configured workers, or :data:`DEFAULT_WORKERS` (never more than the CPUs this process may use)."""
-    return cfg.workers or max(1, min(DEFAULT_WORKERS, usable_cores()))
-
-
-def load_runtime_for(cfg: ServeConfig) -> Runtime:
-    """The artifact's runtime for the configured variant and device, ONNX Runtime or OpenVINO as its
-    manifest says (the server never runs torch); its threads default to the machine's CPUs shared
-    among the engine's workers."""
-    return open_runtime(cfg.artifact, variant=cfg.variant, threads=cfg.threads or max(1, usable_cores() // workers_for(cfg)),
-                        device=cfg.device, prefix_reuse=cfg.prefix_reuse)
+__all__ = ["RerankServer", "BackgroundServer", "serve_until_signal", "DEFAULT_WORKERS", "load_runtime_for", "workers_for"]
 
 
 class RerankServer:
@@ -111,11 +91,7 @@ class RerankServer:
             # opened and warmed up in a low-priority thread: the runtime's workers inherit its priority
             with ThreadPoolExecutor(1, thread_name_prefix="r3edge-load", initializer=lower_priority) as loader:
                 runtime = self._runtime or await loop.run_in_executor(loader, load_runtime_for, cfg)
-                engine = Engine(runtime, self.metrics, max_batch_tokens=cfg.max_batch_tokens,
-                                max_batch_size=cfg.max_batch_size, max_batch_wait_s=cfg.max_batch_wait_s,
-                                max_queue_delay_s=cfg.max_queue_delay_s,
-                                max_concurrent_requests=cfg.max_concurrent_requests, max_candidates=cfg.max_candidates,
-                                overflow=cfg.overflow, prefix_reuse=cfg.prefix_reuse, workers=workers_for(cfg))
+                engine = engine_for(cfg, runtime, self.metrics)
                 await loop.run_in_executor(loader, engine.start)
         except BaseException:
             await self._close_ports()  # never leave a bound port that can only say NOT_SERVING
