@@ -17,11 +17,11 @@ import json
 import time
 from pathlib import Path
 
-from r3edge.core.version import __version__
 from r3edge.core.artifact import INPUT_NAMES, OPENVINO, OUTPUT_NAME, PREFIX_GRAPHS, RUNTIMES, write_manifest
 from r3edge.core.errors import InvalidInput, NotFound, R3EdgeError, require
 from r3edge.core.fileio import partial_dir, publish_dir
 from r3edge.core.scoring import PREFIX_HEADS, SCORER_FILE, Scorer, plan_batches
+from r3edge.core.version import __version__
 from r3edge.export.openvino import OV_PRESETS, build_ir, ir_file
 from r3edge.export.options import ExportOptions
 from r3edge.export.parity import ParityError, Tolerances, check_variant, load_pairs

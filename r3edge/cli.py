@@ -10,9 +10,9 @@ import argparse
 import importlib
 import sys
 
-from r3edge.core.version import __version__
 from r3edge.commands.bench import TOOLS as BENCH_TOOLS
 from r3edge.core.errors import R3EdgeError
+from r3edge.core.version import __version__
 
 COMMANDS = {
     "pairs": "write pairs: the embedded demo (UGC-style, graded 0/1/2) or BM25 + run + click pools from a corpus",
