@@ -15,8 +15,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from r3edge.benchmarks.timing import percentiles
 from r3edge.core.pairs import QueryCandidates
+from r3edge.core.timing import percentiles
 
 
 def request_candidates(q: QueryCandidates, pad_to: int | None = None) -> list[tuple[str, str]]:

@@ -37,9 +37,9 @@ from pathlib import Path
 import numpy as np
 
 from r3edge.benchmarks.load import request_candidates, run_load
-from r3edge.benchmarks.timing import LOAD_KEY, interleaved_rounds, load_average, percentiles
 from r3edge.core.errors import InvalidInput
 from r3edge.core.pairs import QueryCandidates
+from r3edge.core.timing import LOAD_KEY, interleaved_rounds, load_average, percentiles
 
 PHASES = ("overload", "batching", "single", "sweep", "soak")
 #: statuses that mean a call got no answer from the server (its connection failed or the client gave up); a

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from r3edge.benchmarks.load_phases import REFUSED
-from r3edge.benchmarks.timing import LOAD_KEY
+from r3edge.core.timing import LOAD_KEY
 
 
 def _f(x, nd: int = 1) -> str:

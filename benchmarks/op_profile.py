@@ -17,10 +17,10 @@ from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
-from r3edge.benchmarks.timing import LOAD_KEY, load_average
 from r3edge.core.artifact import read_manifest, variant_runtime
 from r3edge.core.errors import InvalidInput
 from r3edge.core.pairs import QueryCandidates
+from r3edge.core.timing import LOAD_KEY, load_average
 
 
 def onnx_variants(artifact: str | Path) -> list[str]:

@@ -9,7 +9,7 @@ requests (``r3edge bench peers``).
   the student's label head on the cosines. This process never imports torch.
 
 Every system ranks every request once (warm-up, and the rankings the top-10 overlaps are taken from), then
-:func:`r3edge.benchmarks.timing.interleaved_rounds` times ``reps`` passes over the requests, each call client to
+:func:`r3edge.core.timing.interleaved_rounds` times ``reps`` passes over the requests, each call client to
 top 10 (a peer's call crosses a pipe to its worker). The summary compares the fastest r3edge system that keeps
 :data:`r3edge.core.fidelity.MIN_TOP10_OVERLAP` of the reference's top 10 with the fastest peer.
 """
@@ -27,12 +27,12 @@ from pathlib import Path
 from r3edge.benchmarks.machine import machine_info
 from r3edge.benchmarks.results_files import write_results
 from r3edge.benchmarks.systems import serve_artifact
-from r3edge.benchmarks.timing import LOAD_KEY, interleaved_rounds, percentiles
 from r3edge.core.artifact import read_manifest
 from r3edge.core.errors import InvalidInput, R3EdgeError
 from r3edge.core.fidelity import MIN_TOP10_OVERLAP
 from r3edge.core.pairs import QueryCandidates
 from r3edge.core.scoring import Scorer
+from r3edge.core.timing import LOAD_KEY, interleaved_rounds, percentiles
 
 #: the worker the peers run in (a file outside the package's import graph: it imports sentence-transformers)
 PEER_WORKER = Path(__file__).resolve().parent / "peer_side" / "sentence_transformers_peers.py"

@@ -23,11 +23,11 @@ from pathlib import Path
 import numpy as np
 
 from r3edge.benchmarks.load import collect_probs, run_load
-from r3edge.benchmarks.timing import percentiles
 from r3edge.core.artifact import Runtime
 from r3edge.core.errors import InvalidInput
 from r3edge.core.pairs import QueryCandidates
 from r3edge.core.scoring import SPEC_DEFAULTS, Scorer, Scoring, softmax
+from r3edge.core.timing import percentiles
 
 #: closed-loop concurrencies of every measured system: latency at the first, throughput at each
 CONCURRENCY = (1, 4)

@@ -9,7 +9,7 @@ time is the model time of one request, tokenisation included and gRPC excluded. 
 ``VARIANT@PRECISION`` (``ov-fp32@bf16``) is an OpenVINO variant compiled with another inference precision than
 its manifest's.
 
-Timing: :func:`r3edge.benchmarks.timing.interleaved_rounds`, each round scores the next request once with every
+Timing: :func:`r3edge.core.timing.interleaved_rounds`, each round scores the next request once with every
 variant. Fidelity over every request against fp32: max |Δlogit|, argmax agreement, mean top-10 overlap (by
 expected relevance), and batch invariance on the first request (each pair alone vs all in one batch). The
 recommended default is :func:`r3edge.core.fidelity.recommend_variant`'s choice: the fastest variant (p50) whose
@@ -26,7 +26,6 @@ import numpy as np
 
 from r3edge.benchmarks.machine import machine_info
 from r3edge.benchmarks.results_files import write_results
-from r3edge.benchmarks.timing import LOAD_KEY, interleaved_rounds, percentiles, top_k_overlap
 from r3edge.core.artifact import read_manifest, variant_runtime
 from r3edge.core.errors import InvalidInput
 from r3edge.core.fidelity import (
@@ -39,6 +38,7 @@ from r3edge.core.fidelity import (
 from r3edge.core.pairs import QueryCandidates
 from r3edge.core.runtime_loader import open_runtime
 from r3edge.core.scoring import DEFAULT_MAX_BATCH_TOKENS, score_pairs
+from r3edge.core.timing import LOAD_KEY, interleaved_rounds, percentiles, top_k_overlap
 
 #: the variant every other is compared with
 REFERENCE = "fp32"

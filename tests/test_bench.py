@@ -398,7 +398,7 @@ def test_a_base_student_without_an_encoder_fails_before_any_system_runs(sample_p
 def test_interleaved_rounds_shuffle_every_round_and_time_a_slow_system_in_its_first_rounds_only():
     """The shared timing helper: every system once a round in a seeded order that changes from round to round
     (load on a shared box hits all alike), a system limited by rounds_of timed only in its first rounds."""
-    from r3edge.benchmarks.timing import LOAD_KEY, interleaved_rounds, percentiles, top_k_overlap
+    from r3edge.core.timing import LOAD_KEY, interleaved_rounds, percentiles, top_k_overlap
 
     def run(seed: int):
         calls, seen = [], []

@@ -39,7 +39,7 @@ from pathlib import Path
 
 import numpy as np
 
-from r3edge.benchmarks.timing import LOAD_KEY, interleaved_rounds, load_average, percentiles, top_k_overlap
+from r3edge.core.timing import LOAD_KEY, interleaved_rounds, load_average, percentiles, top_k_overlap
 
 THREADS = 2
 

@@ -19,8 +19,8 @@ import argparse
 import json
 from pathlib import Path
 
-from r3edge.benchmarks.timing import percentiles
 from r3edge.core.metrics import relevance_metrics
+from r3edge.core.timing import percentiles
 from r3edge.distill.data.datasets import semeval_queries
 from r3edge.distill.label.journal import JudgeJournal
 

@@ -27,8 +27,8 @@ import numpy as np
 
 from r3edge.benchmarks.judge_configs import write_teacher_variant
 from r3edge.benchmarks.machine import machine_info
-from r3edge.benchmarks.timing import LOAD_KEY, load_average
 from r3edge.core.pairs import write_queries
+from r3edge.core.timing import LOAD_KEY, load_average
 
 CONFIG = "score-only-qwen-coder-1.5b"
 SERVED = "qwen-coder-1.5b"

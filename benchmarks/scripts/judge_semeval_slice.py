@@ -33,8 +33,8 @@ sys.path.insert(0, str(HERE))
 from judge_qwen_cpu import SERVED, convert, qwen_judge_config  # noqa: E402
 
 from r3edge.benchmarks.machine import machine_info  # noqa: E402
-from r3edge.benchmarks.timing import LOAD_KEY, load_average  # noqa: E402
 from r3edge.core.pairs import write_queries  # noqa: E402
+from r3edge.core.timing import LOAD_KEY, load_average  # noqa: E402
 
 
 def floors(queries, label_values) -> dict:

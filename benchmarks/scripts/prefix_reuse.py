@@ -37,8 +37,8 @@ from pathlib import Path
 import numpy as np
 
 from r3edge.benchmarks.machine import machine_info
-from r3edge.benchmarks.timing import LOAD_KEY, load_average, top_k_overlap
 from r3edge.core.scoring import DEFAULT_MAX_BATCH_SIZE, DEFAULT_MAX_BATCH_TOKENS
+from r3edge.core.timing import LOAD_KEY, load_average, top_k_overlap
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT.parent / "shared" / "data" / "semeval2016-cqa" / "subtaskC_dev.jsonl"

@@ -79,8 +79,8 @@ def main() -> int:
     from r3edge.benchmarks.load_phases import REFUSED, Caller, burst
     from r3edge.benchmarks.machine import machine_info
     from r3edge.benchmarks.systems import serve_artifact
-    from r3edge.benchmarks.timing import LOAD_KEY, load_average, percentiles
     from r3edge.core.pairs import read_queries
+    from r3edge.core.timing import LOAD_KEY, load_average, percentiles
 
     requests = [(q.query, request_candidates(q)) for q in read_queries(args.requests)]
     out = Path(args.out)

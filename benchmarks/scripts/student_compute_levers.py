@@ -58,11 +58,11 @@ def main() -> int:
 
     from r3edge.benchmarks.machine import machine_info
     from r3edge.benchmarks.systems import scored_floor
-    from r3edge.benchmarks.timing import LOAD_KEY, interleaved_rounds, percentiles
     from r3edge.core.config import StudentConfig, load_yaml
     from r3edge.core.metrics import ndcg_at_k
     from r3edge.core.runtime_loader import open_runtime
     from r3edge.core.scoring import Scorer, score_encoded
+    from r3edge.core.timing import LOAD_KEY, interleaved_rounds, percentiles
     from r3edge.distill.data.datasets import sample_queries, semeval_queries
     from r3edge.model.student import base_cosine_scoring
 

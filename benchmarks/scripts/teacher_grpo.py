@@ -29,8 +29,8 @@ from pathlib import Path
 import yaml
 
 from r3edge.benchmarks.machine import machine_info
-from r3edge.benchmarks.timing import LOAD_KEY, load_average
 from r3edge.core.pairs import QueryCandidates, read_queries, write_queries
+from r3edge.core.timing import LOAD_KEY, load_average
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -1,5 +1,5 @@
-"""Timing on a shared machine, one implementation for every benchmark: interleaved rounds, percentiles,
-the load average under one key, and top-k overlap.
+"""Timing on a shared machine, one implementation for every benchmark and for `r3edge export`'s choice of the
+fastest variant: interleaved rounds, percentiles, the load average under one key, and top-k overlap.
 
 Why interleaved rounds: these boxes are shared and their load moves during a run. Timing system A for a
 minute and then system B would charge a burst of someone else's work to one of them. Each round here runs
