@@ -10,9 +10,14 @@ Thresholds (why they differ):
 * fp32 must match torch to ``atol`` on logits and be batch invariant to ``fp32_batch_tol`` on
   the score; a miss is a :class:`ParityError` and the artifact is not finalised.
 * quantized/fp16 variants are recorded, not judged by ranking metrics: on untrained random
-  weights the label logits are nearly tied, so argmax agreement says little. They fail only on
-  gross breakage (wrong shape, NaN/inf, or a batch-invariance miss for a scheme that claims it).
+  weights the label logits are nearly tied, so argmax agreement says little. They fail on
+  gross breakage (wrong shape, NaN/inf, or a batch-invariance miss for a scheme that claims it),
+  and a scheme whose only error is float rounding (fp16) also on max |Δ expected score| beyond its
+  preset's ``max_score_diff`` (r3edge.export.quantize.FP16_MAX_SCORE_DIFF says why 0.02).
   ``degraded`` is set in the report when argmax agreement < ``min_argmax_agreement``.
+
+Each report names the execution provider the check ran on (``validated_on``; ONNX Runtime's provider,
+or ``OpenVINO:CPU``): the export checks on the CPU, and a GPU run (benchmarks/gpu) adds its own record.
 """
 
 from __future__ import annotations
@@ -60,6 +65,7 @@ class ParityCheck(StrEnum):
     NON_FINITE = "non_finite"                # NaN or inf in label_logits
     ATOL = "atol"                            # fp32 logits further than atol from torch
     BATCH_INVARIANCE = "batch_invariance"    # a pair's score moves with its batchmates
+    SCORE_DIFF = "score_diff"                # an fp16 variant's scores further than its preset allows
 
 
 class ParityError(R3EdgeError):
@@ -91,6 +97,23 @@ class AtolError(ParityError):
 
 class BatchInvarianceError(ParityError):
     check = ParityCheck.BATCH_INVARIANCE
+
+
+class ScoreDiffError(ParityError):
+    check = ParityCheck.SCORE_DIFF
+
+
+def validated_on(run=None, prefix=None) -> str | None:
+    """The provider a parity check ran on: the ONNX Runtime provider of the session behind ``prefix``
+    (its candidate graph) or ``run`` (a callable with a ``providers`` list), ``OpenVINO:CPU`` for an
+    OpenVINO runner, None when unknown."""
+    session = getattr(prefix, "candidate_session", None)
+    providers = session.get_providers() if hasattr(session, "get_providers") else getattr(run, "providers", None)
+    if providers:
+        return str(providers[0])
+    if "openvino" in type(prefix if prefix is not None else run).__module__:
+        return "OpenVINO:CPU"  # r3edge compiles IR for the CPU device only
+    return None
 
 
 def load_pairs(calib_pairs: str | Path | None, limit: int) -> tuple[list[str], list[str], str]:
@@ -143,13 +166,15 @@ def check_variant(
     tol: Tolerances = Tolerances(),
     prefix=None,
     got: np.ndarray | None = None,
+    max_score_diff: float | None = None,
 ) -> dict:
     """Score the pairs with ``run`` (or the prefix-reuse graphs of ``prefix``), compare with the
     torch reference, raise on a hard failure.
 
     ``exact`` (fp32): logits must match to ``tol.atol``. ``batch_invariant``: the scheme claims
     a pair's score does not depend on its batchmates, so that is enforced too. ``got``: the same
-    scoring, when the caller already has it (micro-batches of 8).
+    scoring, when the caller already has it (micro-batches of 8). ``max_score_diff`` (the preset's, for
+    fp16): max |Δ expected score| allowed vs torch.
     """
     if got is None:
         got = score_pairs(scorer, run, queries, docs, max_batch_size=8, prefix=prefix)
@@ -160,12 +185,20 @@ def check_variant(
         raise NonFiniteError(variant, "non-finite label_logits", "the variant is broken (overflow?); drop it")
     report = compare(scorer, ref_logits, got)
     report["batch_invariance_max_abs_score_diff"] = batch_invariance(scorer, run, queries, docs, prefix)
-    report["tolerances"] = asdict(tol)
+    report["tolerances"] = asdict(tol) | ({"max_score_diff": max_score_diff} if max_score_diff is not None else {})
+    report["validated_on"] = validated_on(run, prefix)
     if exact and report["max_abs_logit_diff"] > tol.atol:
         raise AtolError(
             variant,
             f"max |Δlogit| {report['max_abs_logit_diff']:.3g} > atol {tol.atol:g} over {len(got)} pairs",
             "raise --atol only if the model is large and the difference is float noise; otherwise report a bug",
+        )
+    if max_score_diff is not None and report["max_abs_score_diff"] > max_score_diff:
+        raise ScoreDiffError(
+            variant,
+            f"max |Δ expected score| {report['max_abs_score_diff']:.3g} vs torch fp32 > {max_score_diff:g} over {len(got)} "
+            f"pairs (on {report['validated_on']})",
+            "the variant's graph is broken (an overflow, a misplaced cast); do not serve it",
         )
     limit = tol.fp32_batch_tol if exact else tol.quant_batch_tol
     if batch_invariant and report["batch_invariance_max_abs_score_diff"] > limit:

@@ -140,6 +140,10 @@ class QuantPreset:
     unsigned_gelu: bool = False
     #: per-row presets: round the weights by GPTQ on the calibration inputs instead of to nearest
     gptq: bool = False
+    #: the export's parity gate on max |Δ expected score| vs torch fp32, for schemes whose only error is float
+    #: rounding (fp16); None: recorded, not gated (the int8 schemes: their error is the quantizer's, judged by
+    #: fidelity runs, see r3edge.export.parity)
+    max_score_diff: float | None = None
     description: str = ""
 
     def __post_init__(self):
@@ -150,6 +154,16 @@ class QuantPreset:
     def to_json(self) -> dict:
         return asdict(self)
 
+
+#: The fp16 parity gate (max |Δ expected score| vs torch fp32 on the validation pairs). fp16 keeps 11 significant
+#: bits (unit roundoff 4.9e-4); rounding every weight and activation of the MiniLM-L6 cosine student cost
+#: 0.0035 in label logits on the CUDA provider (ENVIRONMENT.md, H200), and a logit error e moves an expected score
+#: over labels 0..2 by at most ~e. 0.02 leaves 5x that for deeper students and other pairs, while what the
+#: gate is for (a layer overflowing to inf, fp16 inputs fed fp32 data, a cast in the wrong place) moves scores
+#: by tenths. On the CPU provider the check sees the fp16 weights and the fp16 tensors between ops, but
+#: ONNX Runtime runs each op without an fp16 CPU kernel in fp32 behind inserted Casts, so a CPU pass is a
+#: check of the graph, not of a GPU's fp16 kernels: the report names the provider (``validated_on``).
+FP16_MAX_SCORE_DIFF = 0.02
 
 PRESETS: dict[str, QuantPreset] = {
     "int8": QuantPreset(
@@ -180,8 +194,9 @@ PRESETS: dict[str, QuantPreset] = {
     ),
     "fp16": QuantPreset(
         "fp16", "fp16", batch_invariant=True, activation_type="", weight_type="", calibrate_method="",
-        weights_only_matmuls=False,
-        description="fp16 weights and compute with fp32 inputs/outputs (for GPUs; no gain on CPU)",
+        weights_only_matmuls=False, max_score_diff=FP16_MAX_SCORE_DIFF,
+        description="fp16 weights and compute with fp32 inputs/outputs, fused for GPUs (BERT encoders: skip-LayerNorm "
+        "too) and RMSNorm mean squares kept in fp32 (for GPUs; no gain on CPU)",
     ),
 }
 VARIANTS = ("fp32", *PRESETS)
@@ -649,6 +664,72 @@ def _per_row_int8(fp32_path: Path, out_path: Path, weight_bits: int, activation_
             **({"smooth_alpha": alpha} if factors else {})}
 
 
+def _rms_variance_nodes(model) -> list[str]:
+    """Names of the nodes that take an RMSNorm's mean square and its inverse root: each ``Pow`` ->
+    ``ReduceMean`` -> ``Add`` (eps) -> ``Sqrt`` -> ``Reciprocal`` chain, as torch's export writes the
+    Qwen2/Llama RMSNorm. In fp16 the mean square of a hidden state past 256 (Qwen2.5's outlier
+    channels reach thousands) overflows 65,504 to inf and the layer's output to 0 or NaN; these few
+    elementwise nodes stay fp32 (behind Casts) and the normalised product is fp16 again."""
+    readers: dict[str, list] = {}
+    for nd in model.graph.node:
+        for i in nd.input:
+            readers.setdefault(i, []).append(nd)
+    names = []
+    for nd in model.graph.node:
+        if nd.op_type != "Pow":
+            continue
+        chain, cur = [nd], nd
+        for op in ("ReduceMean", "Add", "Sqrt", "Reciprocal"):
+            nxt = [r for r in readers.get(cur.output[0], []) if r.op_type == op]
+            if len(nxt) != 1:
+                break
+            cur = nxt[0]
+            chain.append(cur)
+        else:
+            for k, c in enumerate(chain):
+                c.name = c.name or f"r3_rms{len(names)}_{k}"  # the converter blocks nodes by name
+            names += [c.name for c in chain]
+    return names
+
+
+def _io_types(model) -> dict[str, int]:
+    return {v.name: v.type.tensor_type.elem_type for v in [*model.graph.input, *model.graph.output]}
+
+
+def _to_fp16(fp32_path: Path, out_path: Path, external: bool) -> dict:
+    """The ``fp16`` variant of a scoring (or candidate) graph: ONNX Runtime's
+    ``convert_float_to_float16(keep_io_types=True)``, after :func:`r3edge.export.fusion.fuse_for_gpu` on a
+    fused BERT graph, with the RMSNorm mean squares of a causal graph in fp32 (:func:`_rms_variance_nodes`).
+    The graph reads only the label rows of the LM head because the fp32 graph does (the conversion
+    rewrites types, not structure). Raises if an input or output changed type: the server feeds int64 ids
+    (and an fp32 query embedding) and reads fp32 logits."""
+    import onnx
+    from onnxruntime.transformers.float16 import convert_float_to_float16
+
+    from r3edge.export.fusion import fuse_for_gpu, is_fused_encoder
+
+    model = onnx.load(str(fp32_path))
+    io = _io_types(model)
+    info: dict = {}
+    if is_fused_encoder(model):
+        opt, info["gpu_fusion"] = fuse_for_gpu(model)
+        model = opt.model
+    block = _rms_variance_nodes(model)
+    model = convert_float_to_float16(model, keep_io_types=True, disable_shape_infer=True, node_block_list=block)
+    if _io_types(model) != io:
+        raise R3EdgeError(f"the fp16 graph of {fp32_path.name} changed its input/output types {io} -> {_io_types(model)}",
+                          "convert with keep_io_types=True (inputs and outputs stay those of the fp32 graph)")
+    inits = [i.data_type for i in model.graph.initializer]
+    info.update({"fp16_initializers": inits.count(onnx.TensorProto.FLOAT16),
+                 "fp32_initializers": inits.count(onnx.TensorProto.FLOAT), "fp32_rmsnorm_nodes": len(block)})
+    if external:
+        onnx.save(model, str(out_path), save_as_external_data=True, all_tensors_to_one_file=True,
+                  location=out_path.name + ".data")
+    else:
+        onnx.save(model, str(out_path))
+    return info
+
+
 def quantize(
     preset: QuantPreset,
     fp32_path: Path,
@@ -660,12 +741,7 @@ def quantize(
     t0 = time.perf_counter()
     info: dict = {"preset": preset.to_json()}
     if preset.kind == "fp16":
-        import onnx
-        from onnxruntime.transformers.float16 import convert_float_to_float16
-
-        model = onnx.load(str(fp32_path))
-        model = convert_float_to_float16(model, keep_io_types=True, disable_shape_infer=True)
-        onnx.save(model, str(out_path), save_as_external_data=_external(fp32_path))
+        info.update(_to_fp16(fp32_path, out_path, _external(fp32_path)))
     elif preset.kind == "weight_only":
         import onnx
         from onnxruntime.quantization.matmul_nbits_quantizer import DefaultWeightOnlyQuantConfig, MatMulNBitsQuantizer
