@@ -26,6 +26,7 @@ import socket
 import sys
 import time
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
@@ -251,7 +252,8 @@ def label_pairs(
     limit: int | None = None,
     overwrite: bool = False,
     backend: str | None = None,
-    base_url: str | None = None,
+    base_url: str | Sequence[str] | None = None,
+    max_in_flight: int | None = None,
     samples: int | None = None,
     teacher_model: str | Path | None = None,
     batch_size: int | None = None,
@@ -259,7 +261,11 @@ def label_pairs(
 ) -> Path:
     """Label the pairs with the configured teacher into ``out_dir`` (resumable); returns ``out_dir``.
 
-    ``teacher_model`` runs the config's judge with other weights (see :func:`load_teacher_config`)."""
+    ``teacher_model`` runs the config's judge with other weights (see :func:`load_teacher_config`).
+    ``base_url`` may name several OpenAI-compatible servers: the pairs are spread over them by load, and
+    a server that fails has its pairs labelled by the others (:mod:`r3edge.distill.label.pool`);
+    ``max_in_flight`` is the calls in flight per server. Which server answered is not part of the labels'
+    identity; the manifest's ``servers`` counts each one's calls."""
     from r3edge.distill.label.judges import get_judge
 
     stream = stream if stream is not None else sys.stderr
@@ -268,7 +274,8 @@ def label_pairs(
     if limit is not None and limit < 1:
         raise InvalidInput(f"--limit {limit} must be at least 1", "omit --limit to label every pair")
     pairs_path, out = Path(pairs_path), Path(out_dir)
-    cfg = load_teacher_config(teacher_config_path, backend=backend, base_url=base_url, samples=samples,
+    urls = [base_url] if isinstance(base_url, str) else list(base_url or [])
+    cfg = load_teacher_config(teacher_config_path, backend=backend, base_url=urls[0] if urls else None, samples=samples,
                               model=teacher_model, batch_size=batch_size)
     judge = get_judge(cfg.judge)
     if judge.score_tokens is not None and cfg.samples != 1:
@@ -319,9 +326,10 @@ def label_pairs(
         if todo:
             write_manifest(out, manifest)
             print(f"label: {len(plan)} pairs ({len(done)} already done), teacher {cfg.name} "
-                  f"[{identity['teacher_model']}], judge {judge.name}, backend {cfg.backend}; loading the teacher...",
+                  f"[{identity['teacher_model']}], judge {judge.name}, backend {cfg.backend}"
+                  f"{f' on {len(urls)} servers' if len(urls) > 1 and cfg.backend == 'openai' else ''}; loading the teacher...",
                   file=stream, flush=True)
-            _label_todo(cfg, judge, mapping, plan, todo, out, manifest, shard_size, stream)
+            _label_todo(cfg, judge, mapping, plan, todo, out, manifest, shard_size, stream, urls or None, max_in_flight)
         manifest["complete"] = True
         manifest["summary"] = run_summary(out)
         write_manifest(out, manifest)
@@ -329,11 +337,12 @@ def label_pairs(
     return out
 
 
-def _label_todo(cfg, judge, mapping, plan, todo, out, manifest, shard_size, stream) -> None:
+def _label_todo(cfg, judge, mapping, plan, todo, out, manifest, shard_size, stream, urls, max_in_flight) -> None:
     from r3edge.core.progress import Progress
     from r3edge.distill.label.backends import load_backend
 
-    backend = load_backend(cfg)
+    backend = load_backend(cfg, urls, max_in_flight=max_in_flight, log=lambda line: print(line, file=stream, flush=True))
+    earlier = manifest.get("servers") or {}  # counts of the runs this one resumes
     try:
         run = LabelRun(cfg, judge, backend, mapping, Counter(q.qid for q, _ in plan))
         progress = Progress(len(plan), "label", stream=stream, initial=manifest["n_done"])
@@ -345,6 +354,8 @@ def _label_todo(cfg, judge, mapping, plan, todo, out, manifest, shard_size, stre
             manifest["n_done"] += len(chunk)
             manifest["intent_calls"] = manifest.get("intent_calls", 0) + run.pop_intent_calls()
             manifest["wall_s"] = round(manifest.get("wall_s", 0.0) + (time.perf_counter() - t0), 2)
+            if hasattr(backend, "server_stats"):  # the openai backend: calls answered and failed per server
+                manifest["servers"] = _add_server_counts(earlier, backend.server_stats())
             write_manifest(out, manifest)
             tokens += sum(r["prompt_tokens"] + r["completion_tokens"] for r in records)
             t1 = time.perf_counter()
@@ -353,6 +364,15 @@ def _label_todo(cfg, judge, mapping, plan, todo, out, manifest, shard_size, stre
         progress.close()
     finally:
         backend.close()
+
+
+def _add_server_counts(earlier: dict, now: dict) -> dict:
+    """Per server URL, this run's calls answered and failed added to those of the runs it resumes."""
+    out = {url: dict(c) for url, c in earlier.items()}
+    for url, c in now.items():
+        old = out.get(url, {})
+        out[url] = {k: old.get(k, 0) + c[k] for k in ("answered", "failed")}
+    return out
 
 
 def cut_document(cfg: TeacherConfig, text: str) -> str:

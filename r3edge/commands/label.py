@@ -8,6 +8,8 @@ OpenAI-compatible server with logprobs: vLLM, SGLang, TGI), e.g. a GPU vLLM serv
 
     r3edge label pairs.jsonl --teacher r3a-7b --backend openai --base-url http://GPU-HOST:8000/v1 --out labels/
 
+Repeat --base-url to label through several servers at once (a dead one's pairs go to the others).
+
 Re-running the same command after an interruption resumes where it stopped; a second run on the
 same --out is refused while the first is alive. --shard i/n splits the queries of one pairs file
 across n workers (each with its own --out); `--merge DIR0 DIR1 ...` then checks that the n shards
@@ -34,8 +36,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
                              "`r3edge teacher sft` wrote (for --backend openai: serve DIR with vLLM under that name)")
     parser.add_argument("--backend", default=None, choices=["transformers", "openai"],
                         help="generation backend (default: the teacher config's)")
-    parser.add_argument("--base-url", default=None, metavar="URL",
-                        help="OpenAI-compatible server for --backend openai, e.g. http://127.0.0.1:8000/v1")
+    parser.add_argument("--base-url", action="append", default=None, metavar="URL",
+                        help="OpenAI-compatible server for --backend openai, e.g. http://127.0.0.1:8000/v1; repeat it for "
+                             "several servers: pairs go to the one with the fewest in flight, a failed server's to the others")
+    from r3edge.distill.label.pool import DEFAULT_MAX_IN_FLIGHT
+
+    parser.add_argument("--max-in-flight", type=int, default=None, metavar="N",
+                        help=f"calls in flight per --base-url (default {DEFAULT_MAX_IN_FLIGHT}); behind a load balancer, "
+                             "enough for all its replicas")
     parser.add_argument("--samples", type=int, default=None, metavar="K",
                         help="sampled trajectories per pair for sampling judges (retro's mean@K; default: the config's)")
     parser.add_argument("--batch-size", type=int, default=None, metavar="N",
@@ -68,5 +76,5 @@ def _run(args: argparse.Namespace) -> int:
 
     label_pairs(args.pairs, args.teacher, args.out, shard_size=args.shard_size, shard=args.shard,
                 limit=args.limit, overwrite=args.overwrite, backend=args.backend, base_url=args.base_url,
-                samples=args.samples, teacher_model=args.teacher_model, batch_size=args.batch_size)
+                max_in_flight=args.max_in_flight, samples=args.samples, teacher_model=args.teacher_model, batch_size=args.batch_size)
     return 0

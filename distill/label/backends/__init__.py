@@ -55,12 +55,17 @@ class Backend(Protocol):
     def close(self) -> None: ...
 
 
-def load_backend(teacher_config, base_url: str | None = None) -> Backend:
-    """The backend named by a :class:`r3edge.core.config.TeacherConfig` (torch only for transformers)."""
+def load_backend(teacher_config, base_url: str | Sequence[str] | None = None, *, max_in_flight: int | None = None,
+                 log: Callable[[str], None] | None = None) -> Backend:
+    """The backend named by a :class:`r3edge.core.config.TeacherConfig` (torch only for transformers).
+
+    For the openai backend ``base_url`` is one server or several (:mod:`r3edge.distill.label.pool`),
+    ``max_in_flight`` the calls in flight per server, and ``log`` hears when a server goes down or comes back."""
     if teacher_config.backend == "openai":
         from r3edge.distill.label.backends.openai_backend import OpenAIBackend
 
-        return OpenAIBackend(teacher_config, base_url=base_url)
+        extra = {"max_concurrency": max_in_flight} if max_in_flight is not None else {}
+        return OpenAIBackend(teacher_config, base_url=base_url, log=log, **extra)
     from r3edge.distill.label.backends.transformers_backend import TransformersBackend
 
     return TransformersBackend(teacher_config.model, teacher_config.generation)

@@ -14,25 +14,27 @@ score token outside it is given the smallest returned log-probability, an upper 
 value, before the row is renormalised over the score tokens. A server that returns no logprobs is
 an error naming the fix, never a silent uniform label.
 
-Transient failures (HTTP 429/5xx, connection errors, timeouts) are retried with exponential backoff;
-anything else fails the run at once with the server's message.
+Several servers (``base_url`` a list) are one :class:`r3edge.distill.label.pool.ServerPool`: each
+pair's requests go to the server with the fewest in flight, and transient failures (HTTP 408/429/5xx,
+connection errors, timeouts) mark that server down and run the pair again on another (one server: the same
+one, after a backoff). Anything else fails the run at once with the server's message.
 """
 
 from __future__ import annotations
 
+import http.client
 import json
 import math
-import threading
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from r3edge.core.errors import InvalidInput, R3EdgeError, Unavailable
+from r3edge.core.errors import InvalidInput, R3EdgeError
 from r3edge.distill.label.backends import Conversation, Generation
+from r3edge.distill.label.pool import DEFAULT_MAX_IN_FLIGHT, ServerDown, ServerPool
 
 TOP_LOGPROBS = 20
 RETRY_STATUS = {408, 429, 500, 502, 503, 504}
@@ -41,72 +43,77 @@ RETRY_STATUS = {408, 429, 500, 502, 503, 504}
 class OpenAIBackend:
     name = "openai"
 
-    def __init__(self, teacher_config, base_url: str | None = None, *, max_concurrency: int = 64,
-                 timeout_s: float = 600.0, retries: int = 5, backoff_s: float = 1.0):
-        self.base_url = (base_url or teacher_config.base_url or "").rstrip("/")
-        if not self.base_url:
-            raise InvalidInput("the openai backend needs a server address", "pass --base-url http://HOST:PORT/v1")
+    def __init__(self, teacher_config, base_url: str | Sequence[str] | None = None, *,
+                 max_concurrency: int = DEFAULT_MAX_IN_FLIGHT, timeout_s: float = 600.0, retries: int = 5,
+                 backoff_s: float = 1.0, log: Callable[[str], None] | None = None):
+        urls = [base_url] if isinstance(base_url, str) else list(base_url or [teacher_config.base_url or ""])
         self.model = teacher_config.served_model or teacher_config.model.pretrained
         if not self.model:
             raise InvalidInput(f"teacher config {teacher_config.name!r} names no model for the server",
                               "set 'served_model' (the name the server lists at /v1/models)")
         self.params = teacher_config.generation
-        self.timeout_s, self.retries, self.backoff_s = timeout_s, retries, backoff_s
-        self._pool = ThreadPoolExecutor(max_concurrency, thread_name_prefix="r3edge-openai")
-        self._lock = threading.Lock()
-        self.retried = 0
-        self._check_model()
+        self.timeout_s = timeout_s
+        # max_concurrency: calls in flight per server (a pair's requests are one call)
+        self.servers = ServerPool(urls, max_in_flight=max_concurrency, retries=retries, backoff_s=backoff_s, log=log)
+        self.base_url = self.servers.urls[0]
+        try:
+            for url in self.servers.urls:
+                self._check_model(url)
+        except BaseException:
+            self.servers.close()
+            raise
 
     def close(self) -> None:
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        self.servers.close()
+
+    def server_stats(self) -> dict[str, dict]:
+        """Per server: calls answered and failed (:meth:`ServerPool.stats`)."""
+        return self.servers.stats()
 
     # -- HTTP -------------------------------------------------------------------------------
-    def _request(self, method: str, path: str, body: dict | None = None) -> dict:
-        url = f"{self.base_url}{path}"
+    def _request(self, base: str, method: str, path: str, body: dict | None = None) -> dict:
+        """One HTTP request, no retry: a failure that is the server's raises :class:`ServerDown` (the pool
+        retries the call), any other fails the run with the server's message."""
+        url = f"{base}{path}"
         data = json.dumps(body).encode("utf-8") if body is not None else None
-        delay = self.backoff_s
-        for attempt in range(self.retries + 1):
-            req = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": "application/json"})
-            try:
-                with urllib.request.urlopen(req, timeout=self.timeout_s) as resp:
-                    return json.load(resp)
-            except urllib.error.HTTPError as exc:
-                detail = exc.read().decode("utf-8", "replace")[:500]
-                if exc.code not in RETRY_STATUS or attempt == self.retries:
-                    raise InvalidInput(f"{method} {url} answered HTTP {exc.code}: {detail}", _fix_for(exc.code, self.model)) from exc
-            except (urllib.error.URLError, TimeoutError, ConnectionError) as exc:
-                if attempt == self.retries:
-                    raise Unavailable(f"cannot reach {url} ({exc})",
-                                      "start the server (e.g. `python -m vllm.entrypoints.openai.api_server --model DIR`) "
-                                      "or fix --base-url") from exc
-            with self._lock:
-                self.retried += 1
-            time.sleep(delay)
-            delay = min(delay * 2, 30.0)
-        raise AssertionError("unreachable")
+        req = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(req, timeout=self.timeout_s) as resp:
+                return json.load(resp)
+        except urllib.error.HTTPError as exc:
+            detail = exc.read().decode("utf-8", "replace")[:500]
+            if exc.code in RETRY_STATUS:
+                raise ServerDown(base, f"HTTP {exc.code}: {detail[:200]}") from exc
+            raise InvalidInput(f"{method} {url} answered HTTP {exc.code}: {detail}", _fix_for(exc.code, self.model)) from exc
+        except (urllib.error.URLError, TimeoutError, ConnectionError, http.client.HTTPException) as exc:
+            # connection refused or reset, a reply cut off (IncompleteRead), a timeout: the server is gone or stuck
+            raise ServerDown(base, f"{type(exc).__name__}: {getattr(exc, 'reason', exc)}") from exc
 
-    def _check_model(self) -> None:
-        listed = [m.get("id") for m in self._request("GET", "/models").get("data", [])]
+    def _check_model(self, base: str) -> None:
+        listed = [m.get("id") for m in
+                  self.servers.call(lambda url: self._request(url, "GET", "/models"), only=base).get("data", [])]
         if self.model not in listed:
-            raise InvalidInput(f"the server at {self.base_url} serves {listed}, not {self.model!r}",
+            raise InvalidInput(f"the server at {base} serves {listed}, not {self.model!r}",
                               "set 'served_model' in the teacher config to one of those names")
 
-    def _chat(self, conv: Conversation, **kw) -> dict:
+    def _chat(self, conv: Conversation, *, base: str | None = None, **kw) -> dict:
+        """One chat completion on server ``base`` (default: the first), the assistant prefix continued."""
         messages, prefix = conv
         body = {"model": self.model, "messages": [*messages, {"role": "assistant", "content": prefix}],
                 "add_generation_prompt": False, "continue_final_message": True, **kw}
         if not prefix:  # an empty assistant turn would be rendered as a finished (empty) reply
             body.update(messages=list(messages), add_generation_prompt=True, continue_final_message=False)
-        return self._request("POST", "/chat/completions", body)
+        return self._request(base or self.base_url, "POST", "/chat/completions", body)
 
     def _map(self, fn, items):
-        return list(self._pool.map(fn, items))
+        """``fn(item, base_url)`` per item, each one call of the server pool (retried elsewhere if its server fails)."""
+        return self.servers.map(fn, items)
 
     # -- the three calls ----------------------------------------------------------------------
     def generate(self, convs: Sequence[Conversation], max_new_tokens: int, stop: Sequence[str]) -> list[Generation]:
-        def one(conv):
+        def one(conv, base):
             t0 = time.perf_counter()
-            r = self._chat(conv, max_tokens=max_new_tokens, temperature=self.params.temperature,
+            r = self._chat(conv, base=base, max_tokens=max_new_tokens, temperature=self.params.temperature,
                            stop=list(stop) or None, include_stop_str_in_output=True)
             return _generation(r, 0, time.perf_counter() - t0)
 
@@ -114,16 +121,16 @@ class OpenAIBackend:
 
     def sample(self, convs: Sequence[Conversation], max_new_tokens: int, stop: Sequence[str], k: int,
                temperature: float) -> list[list[Generation]]:
-        def one(conv):
+        def one(conv, base):
             t0 = time.perf_counter()
-            r = self._chat(conv, max_tokens=max_new_tokens, temperature=temperature, n=k, logprobs=True,
+            r = self._chat(conv, base=base, max_tokens=max_new_tokens, temperature=temperature, n=k, logprobs=True,
                            stop=list(stop) or None, include_stop_str_in_output=True)
             share = (time.perf_counter() - t0) / k
             gens = []
             for i in range(len(r["choices"])):
                 content = (r["choices"][i].get("logprobs") or {}).get("content")
                 if content is None:
-                    raise _no_logprobs(self.base_url)
+                    raise _no_logprobs(base)
                 gens.append(_generation(r, i, share, logprob=float(sum(t["logprob"] for t in content))))
             return gens
 
@@ -132,14 +139,14 @@ class OpenAIBackend:
     def generate_and_score(self, convs: Sequence[Conversation], max_new_tokens: int, score_open: str,
                            repair: Callable[[str], tuple[str, bool]], score_tokens: Sequence[str],
                            ) -> tuple[list[Generation], np.ndarray]:
-        def one(conv):
+        def one(conv, base):  # both requests on one server: the read reuses the generation's prefix cache
             messages, prefix = conv
             t0 = time.perf_counter()
-            r = self._chat(conv, max_tokens=max_new_tokens, temperature=self.params.temperature,
+            r = self._chat(conv, base=base, max_tokens=max_new_tokens, temperature=self.params.temperature,
                            stop=[score_open], include_stop_str_in_output=True)
             gen = _generation(r, 0, 0.0)
             reply, repaired = repair(prefix + gen.text)
-            _, probs = self._read((messages, reply), score_tokens)
+            _, probs = self._read((messages, reply), score_tokens, base)
             latency = time.perf_counter() - t0
             return (Generation(text=gen.text, prompt_tokens=gen.prompt_tokens, completion_tokens=gen.completion_tokens,
                                latency_s=latency, repaired=repaired), probs)
@@ -152,19 +159,21 @@ class OpenAIBackend:
         """The score tokens' distribution right after each conversation (prefill only: one token is
         asked for, to carry its logprobs; nothing generated is kept). The assistant prefix, which
         ends at the judge's marker, is continued with ``continue_final_message``."""
-        def one(conv):
+        def one(conv, base):
             t0 = time.perf_counter()
-            r, probs = self._read(conv, score_tokens)
+            r, probs = self._read(conv, score_tokens, base)
             gen = _generation(r, 0, time.perf_counter() - t0)
             return Generation(text="", prompt_tokens=gen.prompt_tokens, completion_tokens=0, latency_s=gen.latency_s), probs
 
         results = self._map(one, convs)
         return [g for g, _ in results], np.array([p for _, p in results], dtype=np.float64)
 
-    def _read(self, conv: Conversation, score_tokens: Sequence[str]) -> tuple[dict, np.ndarray]:
-        """One greedy token after ``conv`` with ``top_logprobs``: the response and the score tokens' probabilities."""
-        r = self._chat(conv, max_tokens=1, temperature=0.0, logprobs=True, top_logprobs=TOP_LOGPROBS)
-        return r, _score_probs(r, score_tokens, self.base_url)
+    def _read(self, conv: Conversation, score_tokens: Sequence[str], base: str | None = None) -> tuple[dict, np.ndarray]:
+        """One greedy token after ``conv`` with ``top_logprobs`` on server ``base`` (default: the first): the
+        response and the score tokens' probabilities."""
+        base = base or self.base_url
+        r = self._chat(conv, base=base, max_tokens=1, temperature=0.0, logprobs=True, top_logprobs=TOP_LOGPROBS)
+        return r, _score_probs(r, score_tokens, base)
 
 
 def _generation(resp: dict, i: int, latency_s: float, logprob: float | None = None) -> Generation:
