@@ -15,7 +15,8 @@ from r3edge.core.errors import R3EdgeError
 from r3edge.core.version import __version__
 
 COMMANDS = {
-    "pairs": "write pairs: the embedded demo (UGC-style, graded 0/1/2) or BM25 + run + click pools from a corpus",
+    "pairs": "write pairs: the embedded demo (UGC-style, graded 0/1/2), BM25 + run + click pools from a corpus, or "
+             "a Parquet, datasets, BEIR or MS MARCO source converted (--from)",
     "label": "label pairs with a teacher judge (R³A two-round by default) into Parquet shards",
     "teacher": "train the teacher judge itself: `teacher sft` (cold start on traces in its judge's format) "
                "or `teacher grpo` (reinforcement on gold pairs with R³A's or Retro*'s reward)",
