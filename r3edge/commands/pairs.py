@@ -35,7 +35,8 @@ def configure(parser):
                              "JSONL) into candidate-list JSONL, as `r3edge label SOURCE` reads it")
     add_format_arguments(parser, default=argparse.SUPPRESS)
     parser.add_argument("--queries", default=argparse.SUPPRESS,
-                        help="demo: number of queries (12 when left out); pooling: the queries JSONL file")
+                        help="demo: number of queries (12 when left out); pooling: the queries file (JSONL, BEIR "
+                             "queries.jsonl, MS MARCO queries.*.tsv)")
     demo = parser.add_argument_group("demo generator (without --corpus)")
     demo.add_argument("--candidates", type=int, default=argparse.SUPPRESS, help="candidates per query (12; 100 = a top-100 request)")
     demo.add_argument("--start", type=int, default=argparse.SUPPRESS,
@@ -43,12 +44,16 @@ def configure(parser):
     demo.add_argument("--seed", type=int, default=argparse.SUPPRESS, help="random seed (0; same seed, same bytes)")
     demo.add_argument("--qid-prefix", default=argparse.SUPPRESS, help="prefix of query and document ids (ugc)")
     pool = parser.add_argument_group("pooling (with --queries Q.jsonl --corpus C.jsonl)")
-    pool.add_argument("--corpus", default=argparse.SUPPRESS, help="corpus JSONL: {docid, text, title?, meta?} per line")
+    pool.add_argument("--corpus", default=argparse.SUPPRESS,
+                      help="corpus JSONL: {docid, text, title?, meta?} per line; or BEIR's corpus.jsonl, MS MARCO's "
+                           "collection.tsv (--format)")
     pool.add_argument("--bm25-k", type=int, default=argparse.SUPPRESS, help="BM25 hits pooled per query (100)")
-    pool.add_argument("--run", default=argparse.SUPPRESS, help="a reranker's TREC run file: 'qid Q0 docid rank score tag'")
+    pool.add_argument("--run", default=argparse.SUPPRESS,
+                      help="a reranker's run: TREC 'qid Q0 docid rank score tag' or MS MARCO 'qid<TAB>pid<TAB>rank'")
     pool.add_argument("--run-k", type=int, default=argparse.SUPPRESS, help="top documents of --run pooled per query (20)")
     pool.add_argument("--qrels", default=argparse.SUPPRESS,
-                      help="TREC qrels 'qid 0 docid rel': grades become labels; rel > 0 (clicks) always join the pool")
+                      help="TREC qrels 'qid 0 docid rel' (tab or space separated; --format beir: BEIR's qrels TSV): "
+                           "grades become labels; rel > 0 (clicks) always join the pool")
     pool.add_argument("--aux-k", type=int, default=argparse.SUPPRESS, help="top BM25 hits kept as auxiliary documents per query (3)")
     pool.add_argument("--stemmer", default=argparse.SUPPRESS, help="Snowball stemmer language for BM25, or none (english)")
     pool.add_argument("--stopwords", default=argparse.SUPPRESS, help="bm25s stopword list for BM25 (en, de, fr, ...), or none (en)")
