@@ -22,6 +22,7 @@ from r3edge.core.errors import InvalidInput, NotFound, R3EdgeError, require
 from r3edge.core.fileio import partial_dir, publish_dir
 from r3edge.core.scoring import PREFIX_HEADS, SCORER_FILE, Scorer, plan_batches
 from r3edge.core.version import __version__
+from r3edge.export.default_variant import choose_default
 from r3edge.export.openvino import OV_PRESETS, build_ir, ir_file
 from r3edge.export.options import ExportOptions
 from r3edge.export.parity import ParityError, Tolerances, check_variant, load_pairs
@@ -206,13 +207,9 @@ def export_artifact(
     prefix_graphs = _export_prefix_reuse(lm, scorer, tmp, queries, docs, ref, opts, tol, report, stage,
                                          log) if opts.prefix_reuse else {}
     names = [n for n in opts.variants if n in report["variants"]]
-    default = opts.default or "fp32"
-    if default not in names:
-        log(f"[export] WARNING: default variant {default} was rejected; default is fp32")
-        default = "fp32"
     manifest = {
         "variants": {n: variant_file(n) for n in names},
-        "default": default,
+        "default": "fp32",
         "n_labels": scorer.spec.n_labels,
         "label_tokens": list(scorer.spec.label_tokens),
         "scorer_fingerprint": scorer.spec.fingerprint(),
@@ -228,13 +225,34 @@ def export_artifact(
         "torch_version": torch.__version__,
         "onnxruntime_version": require("onnxruntime", "export").__version__,
     }
+    write_manifest(tmp, manifest)  # the default-variant timing opens the artifact as the server does
+    manifest["default"], manifest["default_reason"] = _default_variant(opts, tmp, names, queries, docs, report, stage, log)
     timings["total"] = round(time.perf_counter() - t_start, 2)
     report.update({"timings_s": timings, "quantization": quant, "manifest": manifest})
     write_manifest(tmp, manifest)
     (tmp / REPORT_FILE).write_text(json.dumps(report, indent=2, default=float) + "\n")
     publish_dir(tmp, out)
-    log(f"[export] artifact {out} ({', '.join(names)}; default {default}) in {timings['total']} s")
+    log(f"[export] artifact {out} ({', '.join(names)}; default {manifest['default']}: {manifest['default_reason']}) "
+        f"in {timings['total']} s")
     return out
+
+
+def _default_variant(opts: ExportOptions, tmp: Path, names: list[str], queries: list[str], docs: list[str],
+                     report: dict, stage, log) -> tuple[str, str]:
+    """``(default, why)``: ``--default-variant`` when given and built, else the fastest variant that
+    passed, timed on this machine (:mod:`r3edge.export.default_variant`; its rows go to the report)."""
+    if opts.default in names:
+        return opts.default, "named at export (--default-variant)"
+    if opts.default is not None:
+        log(f"[export] WARNING: default variant {opts.default} was rejected; timing the others")
+    if len(names) == 1:
+        return names[0], "the only variant built"
+    t0 = time.perf_counter()
+    invariance = {n: report["variants"][n]["batch_invariance_max_abs_score_diff"] for n in names}
+    default, why, report["default_variant"] = choose_default(tmp, names, queries, docs, invariance,
+                                                             threads=opts.threads, log=log)
+    stage("default_variant_timing", t0)
+    return default, why
 
 
 def _export_fp32_graph(lm, model, scorer: Scorer, queries: list[str], docs: list[str], fp32_path: Path,

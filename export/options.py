@@ -39,6 +39,15 @@ def parse_variants(variants: Sequence[str] | str) -> list[str]:
     return ["fp32"] + [v for v in dict.fromkeys(variants) if v != "fp32"]
 
 
+def cpu_variants() -> tuple[str, ...]:
+    """The variants worth building for a CPU server: fp32, the batch-invariant int8-smooth, and OpenVINO's
+    ov-int8 where OpenVINO and NNCF are installed (on the demo student, with prefix reuse, the fastest of
+    the three: issue 48's table). The export times them and makes the fastest that passed the default."""
+    from importlib.util import find_spec
+
+    return ("fp32", "int8-smooth") + (("ov-int8",) if find_spec("openvino") and find_spec("nncf") else ())
+
+
 class ExportOptions(BaseModel):
     """What to build and how to check it. ``flag`` in a field's extra names its CLI flag where the
     field's own name would read badly on a command line."""
@@ -56,7 +65,8 @@ class ExportOptions(BaseModel):
         "(int8-row + SmoothQuant + GPTQ), int8-weight (weight-only), int8-dynamic, fp16, and OpenVINO IR: ov-fp32, "
         "ov-int8 (NNCF static int8); fp32 is always built; a quantized variant that fails its checks is left out and "
         "reported")
-    default: str | None = Field(None, description="variant the server loads when none is named (unset: fp32)",
+    default: str | None = Field(None, description="variant the server loads on the CPU when none is named (unset: the "
+                                "fastest variant that passed, timed on the calibration pairs on this machine)",
                                 json_schema_extra={"flag": "--default-variant"})
     calib_pairs: str | None = Field(
         None, description="pairs file for int8 calibration and parity validation (unset: a small built-in set; use "

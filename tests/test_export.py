@@ -59,8 +59,15 @@ def test_artifact_layout_manifest_and_report(artifact):
     manifest = json.loads((artifact / "manifest.json").read_text())
     assert manifest["variants"] == {"fp32": "model.fp32.onnx", "int8": "model.int8.onnx",
                                     "int8-weight": "model.int8-weight.onnx", "fp16": "model.fp16.onnx"}
-    assert manifest["default"] == "fp32" and manifest["n_labels"] == 3
+    assert manifest["n_labels"] == 3
     report = json.loads((artifact / "export_report.json").read_text())
+    # the default is the fastest variant that kept fp32's top 10 and batch invariance, timed at export
+    rows = report["default_variant"]["rows"]
+    assert set(rows) == set(manifest["variants"]) and manifest["default"] == report["default_variant"]["chosen"]
+    passing = {n: r["p50_ms"] for n, r in rows.items() if not r["fidelity_failures"]}
+    assert manifest["default"] in passing and passing[manifest["default"]] == min(passing.values())
+    assert manifest["default_reason"].startswith("fastest variant that kept fp32's top 10")
+    assert f"{manifest['default']} {rows[manifest['default']]['p50_ms']:.1f} ms" in manifest["default_reason"]
     fp32 = report["variants"]["fp32"]
     assert fp32["max_abs_logit_diff"] <= 1e-4 and fp32["argmax_agreement"] == 1.0
     assert report["variants"]["int8"]["batch_invariance_max_abs_score_diff"] <= 1e-4

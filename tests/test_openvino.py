@@ -71,7 +71,7 @@ def test_export_writes_ir_variants_listed_and_gated(artifact):
     assert manifest["variants"] == {"fp32": "model.fp32.onnx", "ov-fp32": "model.ov-fp32.xml", "ov-int8": "model.ov-int8.xml"}
     assert manifest["runtimes"] == {"fp32": "onnxruntime", "ov-fp32": "openvino", "ov-int8": "openvino"}
     assert manifest["openvino"] == {"ov-fp32": {"inference_precision": "f32"}, "ov-int8": {"inference_precision": "f32"}}
-    assert manifest["default"] == "fp32" and report["rejected"] == {}
+    assert manifest["default"] == report["default_variant"]["chosen"] and report["rejected"] == {}
     for name in ("ov-fp32", "ov-int8"):
         assert (artifact / f"model.{name}.xml").is_file() and (artifact / f"model.{name}.bin").is_file()
         rep = report["variants"][name]  # the same parity gate as the ONNX variants
@@ -222,7 +222,8 @@ def test_open_runtime_dispatches_on_the_manifest(encoder_artifact, tmp_path):
     from r3edge.core.runtime_loader import open_runtime
     from r3edge.model.runtimes import load_runtime
 
-    assert isinstance(open_runtime(encoder_artifact), OnnxRuntime)  # the manifest's default, fp32
+    default = json.loads((encoder_artifact / "manifest.json").read_text())["default"]
+    assert open_runtime(encoder_artifact).variant == default  # the manifest's default, the fastest at export
     assert isinstance(open_runtime(encoder_artifact, "fp32", threads=1), OnnxRuntime)
     rt = open_runtime(encoder_artifact, "ov-int8", threads=1, device="cpu", prefix_reuse=True)
     assert isinstance(rt, OpenVinoRuntime) and rt.variant == "ov-int8"

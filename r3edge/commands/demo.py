@@ -36,8 +36,9 @@ def configure(parser):
     parser.add_argument("--heldout-teacher-candidates", type=int, default=6,
                         help="top-ranked candidates per held-back query that the teacher also labels "
                              "(only these, to bound the demo's time; the report's agreement is measured on them)")
-    parser.add_argument("--variants", default="fp32,int8-smooth",
-                        help="export variants to build and benchmark (int8-smooth: the batch-invariant INT8 variant; "
+    parser.add_argument("--variants", default=None,
+                        help="export variants to build and benchmark (default: fp32,int8-smooth, plus ov-int8 where "
+                             "OpenVINO and NNCF are installed; the export makes the fastest that passed the default, and "
                              "the demo's report times every variant beside fp32 on this machine)")
     parser.add_argument("--requests", type=int, default=6, help="top-100 requests per system in the benchmark")
     parser.add_argument("--seed", type=int, default=0, help="seed of the demo data generator")
@@ -49,18 +50,20 @@ def _step(title: str) -> None:
 
 
 def run(args) -> int:
+    import json
     import shutil
     import time
 
     from r3edge.core.pairs import QueryCandidates, write_queries
     from r3edge.distill.data.ugc import generate
+    from r3edge.export.options import cpu_variants
 
     out = Path(args.out)
     if args.force and out.exists():
         shutil.rmtree(out)
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
-    variants = tuple(v for v in args.variants.split(",") if v)
+    variants = tuple(v for v in (args.variants or ",".join(cpu_variants())).split(",") if v)
 
     _step("1/6 pairs: embedded UGC-style data")
     sft_pairs = out / "sft-pairs.jsonl"
@@ -138,12 +141,16 @@ def run(args) -> int:
     results["teacher_on_training_pairs"] = accuracy_block(read_queries(pairs), teacher_probs(labels_train)[0],
                                                           results["settings"]["label_values"], None).get("vs_gold")
     results["notes"] = _notes(teacher, labels_train, student, args, results["teacher_on_training_pairs"])
+    manifest = json.loads((artifact / "manifest.json").read_text())
+    results["notes"].append(f"`r3edge serve {artifact}` loads `{manifest['default']}` on the CPU: "
+                            f"{manifest.get('default_reason', 'the manifest default')}.")
     results["settings"]["demo_wall_s"] = round(time.time() - t0, 1)
     paths = write_report(results, out)
     print(f"\ndemo finished in {time.time() - t0:.0f} s")
     for name, path in paths.items():
         print(f"{name}: {path}")
-    print(f"serve it: r3edge serve {artifact} --host 127.0.0.1 --port 50051")
+    print(f"serve it: r3edge serve {artifact} --host 127.0.0.1 --port 50051  (variant {manifest['default']}: "
+          f"{manifest.get('default_reason', 'the manifest default')})")
     return 0
 
 
