@@ -160,6 +160,13 @@ def test_msmarco_folder_is_the_splits_judged_pairs(tmp_path):
     assert _as_json(read_pairs(folder, split="dev")) == MSMARCO_PAIRS
 
 
+def test_msmarco_lines_end_at_newline_only(tmp_path):
+    """Windows line ends are line ends; a carriage return inside a passage stays in it (MS MARCO is web text)."""
+    folder = _msmarco(tmp_path / "ms", collection="0\tCommercial Bank\r\n1\tlol my cat\rknocked over\r\n2\tMetrash2\n")
+    texts = {c.docid: c.text for q in read_pairs(folder, split="dev") for c in q.candidates}
+    assert texts == {"0": "Commercial Bank", "1": "lol my cat\rknocked over", "2": "Metrash2"}
+
+
 def test_cli_converts_every_format_and_tells_folders_and_parquet_from_the_path(tmp_path, capsys):
     sources = {
         "beir": (_beir(tmp_path / "beir"), [], BEIR_PAIRS),
