@@ -25,9 +25,10 @@ Two things are read:
   BEIR's TSV; a run as TREC's six columns or MS MARCO's ``qid<TAB>pid<TAB>rank``.
 
 BEIR documents are read as BEIR reads them: ``(title + " " + text).strip()`` is the document's text
-(``beir/reranking/rerank.py`` and the sentence-transformers models of ``beir/retrieval/models`` join
-a title and its text so), and a split's queries are those its qrels name, in qrels order
-(``GenericDataLoader.load``). Ids that are JSON numbers are read as their strings.
+(``beir/reranking/rerank.py`` and the models of ``beir/retrieval/models``, e.g. ``sentence_bert.py``
+with its default separator " ", join a title and its text so), and a split's queries are those its
+qrels name, in qrels order (``GenericDataLoader.load``). Ids that are JSON numbers are read as their
+strings.
 
 Large sources stream: for a pair source only the queries and documents its pairs name are kept.
 Every bad line or row is an error naming the file, the line (rows count from 0, as pyarrow and
@@ -371,7 +372,8 @@ def read_beir_queries(path: Path, keep: set[str] | None = None) -> dict[str, str
 
 def read_beir_corpus(path: Path, keep: set[str] | None = None) -> dict[str, str]:
     """``corpus.jsonl`` (``_id``, ``title``?, ``text``): id -> ``(title + " " + text).strip()``, BEIR's
-    own join of a title and its text; a missing or null title is empty, as BEIR reads it."""
+    own join of a title and its text (``text.strip()`` without a title, as BEIR's models do); a null title
+    counts as none."""
     out, seen = {}, {}
     for lineno, where, _id, obj in _beir_jsonl(path, ("text",)):
         _unique(seen, _id, lineno, where)
