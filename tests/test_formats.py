@@ -265,6 +265,8 @@ BAD_SOURCES = {
     "hf-no-such-split": (lambda t: _hf_dataset(t / "hf", RECORDS, split="train"), ["--split", "dev"],
                          r"hf has no split 'dev'"),
     "hf-split-of-a-dataset": (lambda t: _hf_dataset(t / "hf", RECORDS), ["--split", "train"], r"one dataset without splits"),
+    "hf-not-a-saved-dataset": (lambda t: (t / "hf").mkdir() or t / "hf", ["--format", "hf"],
+                               r"hf is not a dataset saved with save_to_disk"),
     "hf-no-builder": (lambda t: (t / "p.xml").write_text("<a/>") and t / "p.xml", ["--format", "hf"],
                       r"datasets has no local builder for .xml"),
     "beir-no-header": (lambda t: _beir(t / "beir", qrels="q1\td1\t2\n"), [],
@@ -360,6 +362,22 @@ def test_beir_pooling_checks_qrels_against_the_corpus(tmp_path):
         read_collection("beir", folder / "queries.jsonl", folder / "corpus.jsonl", qrels_path=folder / "qrels" / "test.tsv",
                         progress_stream=QUIET)
     assert err.value.field == "--qrels"
+
+
+def test_a_missing_library_names_its_extra(tmp_path, monkeypatch):
+    """Parquet needs pyarrow (the `pairs` extra), a datasets source `datasets` (the `train` extra)."""
+    import sys
+
+    from r3edge.core.errors import MissingExtraError
+
+    monkeypatch.setitem(sys.modules, "pyarrow.parquet", None)  # an import of it now fails, as where it is absent
+    monkeypatch.setitem(sys.modules, "datasets", None)
+    with pytest.raises(MissingExtraError, match="pyarrow.parquet") as err:
+        read_pairs(tmp_path / "p.parquet", "parquet")
+    assert "r3edge[pairs]" in err.value.fix
+    with pytest.raises(MissingExtraError, match="'datasets'") as err:
+        read_pairs(tmp_path / "p.json", "hf")
+    assert "r3edge[train]" in err.value.fix
 
 
 def test_the_format_list_has_one_home():
