@@ -27,6 +27,7 @@ def example(name: str):
     """An example script imported from its file (examples/ is not a package)."""
     spec = importlib.util.spec_from_file_location(f"r3edge_example_{name}", EXAMPLES / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # pydantic resolves the compressor's annotations through it
     spec.loader.exec_module(module)
     return module
 
@@ -114,3 +115,43 @@ def test_stages_send_the_servers_token(tiny_artifact):
         assert [json.loads(line)["position"] for line in done.stdout.splitlines()] == [i for i, _ in want]
     finally:
         srv.stop()
+
+
+# -- the Python API inside LangChain: examples/integrations/langchain_compressor.py -------------------------
+try:
+    from r3edge import Reranker
+except ImportError:
+    Reranker = None
+needs_reranker = pytest.mark.skipif(Reranker is None, reason="r3edge.Reranker not available")
+
+
+@slow
+@needs_reranker
+def test_compressor_ranks_as_the_server_does(server, tiny_artifact):
+    """R3edgeCompressor in-process keeps the server's top 3 in its order; its score is the one the server
+    rescales to [0, 1], its label probabilities the score's parts; the documents' own metadata stays."""
+    from langchain_core.documents import Document
+
+    from r3edge.serve.http_api import relevance_01
+
+    variant = server.runtime.info()["variant"]
+    label_values = server.runtime.scorer.spec.label_values
+    want = served(server, TEXTS, 3)
+    documents = [Document(page_content=t, id=f"d{i}", metadata={"position": i}) for i, t in enumerate(TEXTS)]
+    with Reranker(tiny_artifact, variant=variant) as reranker:
+        kept = example("langchain_compressor").R3edgeCompressor(reranker=reranker, top_n=3).compress_documents(documents, QUERY)
+    got = [(d.metadata["position"], float(relevance_01([d.metadata["relevance_score"]], label_values)[0])) for d in kept]
+    assert [i for i, _ in got] == [i for i, _ in want]
+    assert [s for _, s in got] == pytest.approx([s for _, s in want], abs=1e-5)  # in-process vs served micro-batches
+    for d in kept:
+        p = d.metadata["label_probabilities"]
+        assert sum(p) == pytest.approx(1.0, abs=1e-5)
+        assert sum(pi * v for pi, v in zip(p, label_values)) == pytest.approx(d.metadata["relevance_score"], abs=1e-5)
+        assert d.metadata["truncated"] is False and d.id == f"d{d.metadata['position']}"
+        assert d.page_content == TEXTS[d.metadata["position"]]
+    assert documents[0].metadata == {"position": 0}  # the caller's documents are not changed
+
+    done = subprocess.run([sys.executable, str(EXAMPLES / "langchain_compressor.py"), str(tiny_artifact), QUERY, *TEXTS,
+                           "--top-n", "3", "--variant", variant, "--json"], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert [json.loads(line)["position"] for line in done.stdout.splitlines()] == [i for i, _ in want]
