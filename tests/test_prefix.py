@@ -145,6 +145,22 @@ def test_onnx_prefix_graphs_equal_the_single_graph(runtime, student):
     np.testing.assert_allclose(got, lm_score_fn(lm, scorer)(qs, ds), atol=1e-4, rtol=0)
 
 
+def test_state_kept_as_ort_values_scores_as_the_host_path(runtime):
+    """The GPU path (the cache stays in OrtValues between the prefix and candidate graphs), run here on
+    the CPU provider: the same scores as the numpy path."""
+    from r3edge.core.scoring import score_pairs
+
+    qs, ds = _pairs()
+    assert runtime.prefix.state_on_device is False  # the CPU provider leads here
+    host = score_pairs(runtime.scorer, None, qs, ds, prefix=runtime.prefix)
+    runtime.prefix.state_on_device = True
+    try:
+        assert type(runtime.prefix.prefix(np.asarray([[1, 2, 3]], dtype=np.int64))[0]).__name__ == "OrtValue"
+        np.testing.assert_array_equal(score_pairs(runtime.scorer, None, qs, ds, prefix=runtime.prefix), host)
+    finally:
+        runtime.prefix.state_on_device = False
+
+
 def test_prefix_parity_check_fails_a_wrong_cache(runtime):
     """The export's check catches a candidate graph fed a cache that is not its prefix's."""
     from r3edge.core.scoring import score_pairs

@@ -6,7 +6,9 @@ document + tail suffixes after its state (see :data:`r3edge.core.artifact.PREFIX
 graphs' contract). The state is a causal student's key/value cache (``layers`` > 0: the prefix
 graph's ``present_*`` outputs feed the candidate graph's ``past_*`` inputs) or the tensors a
 manifest entry names under ``state`` (a cosine student's ``query_embedding``, the same name on
-both sides). It stays a list of numpy arrays between the two calls.
+both sides). On the CPU the state is a list of numpy arrays between the two calls; on a GPU provider
+it stays on the device as ONNX Runtime ``OrtValue`` objects (``run_with_ort_values``), so a causal student's
+key/value cache is not copied to the host and back for every candidate micro-batch of a request.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from r3edge.core.artifact import MANIFEST_FILE, OUTPUT_NAME, PREFIX_GRAPHS, cache_names, check_inputs
-from r3edge.core.errors import FormatError, NotFound, R3EdgeError
+from r3edge.core.errors import FormatError, NotFound, R3EdgeError, require
 
 
 def state_names(entry: dict) -> tuple[list[str], list[str]]:
@@ -55,6 +57,8 @@ class OnnxPrefixRunner:
             sessions[key] = make_session(path)
         self.prefix_session, self.candidate_session = sessions["prefix"], sessions["candidate"]
         self._check_contract(n_labels)
+        #: keep the state on the device between the prefix and candidate calls (a GPU provider leads)
+        self.state_on_device = self.prefix_session.get_providers()[0] != "CPUExecutionProvider"
 
     def _check_contract(self, n_labels: int) -> None:
         def names(values):
@@ -77,10 +81,19 @@ class OnnxPrefixRunner:
         ids = np.ascontiguousarray(input_ids, dtype=np.int64)
         if ids.ndim != 2 or ids.shape[0] != 1:
             raise R3EdgeError(f"the prefix graph takes one prefix [1, P], got {ids.shape}", "score through score_pairs")
+        if self.state_on_device:
+            ort = require("onnxruntime", "serve")
+            return self.prefix_session.run_with_ort_values(self.present, {"input_ids": ort.OrtValue.ortvalue_from_numpy(ids)})
         return self.prefix_session.run(self.present, {"input_ids": ids})
 
-    def candidates(self, cache: list[np.ndarray], input_ids: np.ndarray, attention_mask: np.ndarray) -> np.ndarray:
+    def candidates(self, cache: list, input_ids: np.ndarray, attention_mask: np.ndarray) -> np.ndarray:
         ids, mask = check_inputs(input_ids, attention_mask)
+        if self.state_on_device:
+            ort = require("onnxruntime", "serve")
+            feeds = {"input_ids": ort.OrtValue.ortvalue_from_numpy(ids),
+                     "attention_mask": ort.OrtValue.ortvalue_from_numpy(mask), **dict(zip(self.past, cache, strict=True))}
+            (out,) = self.candidate_session.run_with_ort_values([OUTPUT_NAME], feeds)
+            return np.asarray(out.numpy(), dtype=np.float32)
         feeds = {"input_ids": ids, "attention_mask": mask, **dict(zip(self.past, cache, strict=True))}
         (out,) = self.candidate_session.run([OUTPUT_NAME], feeds)
         return np.asarray(out, dtype=np.float32)
