@@ -87,6 +87,8 @@ def serve(die_after: int | None, mode: str, delay_s: float, log_path: str) -> No
                     return 503, {"error": "engine dead"}
             time.sleep(delay_s)
             user = [m["content"] for m in body["messages"] if m["role"] == "user"][-1]
+            if "POISON" in user:  # a request that breaks every server it reaches
+                return 500, {"error": "engine crashed on this request"}
             grade = grade_of(user)
             if body.get("logprobs"):  # the read-out: one token after the score marker, with top_logprobs
                 top = [{"token": g, "logprob": -0.1 if g == grade else -3.0} for g in GRADES]
@@ -258,6 +260,27 @@ def test_every_server_dead_is_a_clear_error_and_the_rerun_resumes_exactly_once(t
     servers = read_manifest(out)["servers"]
     assert servers[c]["answered"] == 80 - done
     assert servers[a]["answered"] + servers[b]["answered"] >= done
+
+
+@pytest.mark.timeout(120)
+def test_a_pair_that_breaks_every_server_it_reaches_stops_the_run(tmp_path, monkeypatch):
+    """Each failure sets a server aside and the other pairs' successes bring it back, so without a per-call limit
+    such a pair would go round the servers for as long as the others keep them busy; it stops after 6 failures
+    on servers that were up, with the servers' message."""
+    from r3edge.core.errors import Unavailable
+    from r3edge.core.pairs import Candidate, QueryCandidates, write_queries
+    from r3edge.distill.label.backends import openai_backend
+    from r3edge.distill.label.driver import label_pairs
+    from r3edge.distill.label.pool import ServerPool
+
+    monkeypatch.setattr(openai_backend, "ServerPool", lambda urls, **kw: ServerPool(urls, **{**kw, "backoff_s": 0.01}))
+    pairs = tmp_path / "pairs.jsonl"
+    write_queries(pairs, [QueryCandidates("q", "a query", [Candidate(f"d{j}", "POISON" if j == 0 else f"post {j}")
+                                                           for j in range(120)])])
+    with fake_server(tmp_path / "a.log", delay_s=0.05) as (a, _), fake_server(tmp_path / "b.log", delay_s=0.05) as (b, _):
+        with pytest.raises(Unavailable, match="one call failed 6 times on servers that were up.*engine crashed on this request"):
+            label_pairs(pairs, teacher_yaml(tmp_path / "t.yaml"), tmp_path / "labels", base_url=[a, b], max_in_flight=2,
+                        shard_size=120, stream=open(os.devnull, "w"))
 
 
 def test_a_request_the_server_refuses_fails_the_run_at_once_and_is_not_retried(tmp_path):

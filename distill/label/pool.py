@@ -23,8 +23,8 @@ before the answer arrived is computed twice and recorded once: labels are greedy
 One URL behind a load balancer is one server here: its ``max_in_flight`` is all the balancer gets, and a
 failure is retried on the same URL after the backoff (the balancer picks the replica).
 
-Why not an existing batch engine. vLLM documents Ray Data for multi-replica batch inference. Ray 2.60
-installs from PyPI here (a 79 MB wheel), but neither of its two LLM processors does this job:
+Why not an existing batch engine. vLLM documents Ray Data for multi-replica batch inference. Ray 2.60 is
+on the package index here (a 79 MB wheel; not installed), but neither of Ray Data's LLM processors does this job:
 ``vLLMEngineProcessorConfig`` runs vLLM engines inside Ray actors, in the same interpreter as Ray, instead
 of talking to servers someone already runs (vLLM pins its own torch, so r3edge keeps it in another
 environment and talks HTTP); ``HttpRequestProcessorConfig`` sends requests to one ``url`` with
@@ -154,7 +154,8 @@ class ServerPool:
                         "cannot reach " + ", ".join(f"{s.url} ({s.last_error})" for s in pool)
                         + f": every server failed {self.retries + 1} times in a row",
                         "start the server (e.g. `python -m vllm.entrypoints.openai.api_server --model DIR`), "
-                        "or fix or drop that --base-url")
+                        "or fix or drop that --base-url; a server that is up but answers 5xx is failing on these "
+                        "requests: see its log")
                 ready = [s for s in pool if (s.up and s.in_flight < self.max_in_flight)
                          or (not s.up and s.down_until <= now and s.in_flight == 0)]
                 if ready:
