@@ -1,0 +1,560 @@
+#!/usr/bin/env python3
+"""Issue 46's GPU benchmark: r3edge students served over gRPC on ONNX Runtime's CUDA provider, against torch
+on the same weights, in one device call (benchmarks/gpu/README.md gives the call sequence).
+
+Two steps, each its own subcommand:
+
+* ``prepare`` (here, on the CPU, from prepare.sh): the students' directories with their weights stored in fp16
+  (half the bytes to carry; ``run`` casts them back to fp32, so every system below runs the same fp16-rounded
+  values), and the requests (SemEval 2016 C dev: 50 questions, each a top-100 of real comments).
+* ``run`` (on the GPU machine, from run.sh): for each cosine student it exports the artifact there (fp32, fp16 and
+  their prefix-reuse graphs), then measures, on the same requests:
+  - served over gRPC (``r3edge serve --device cuda``, a child process): the fp16 and fp32 variants on the GPU and
+    the fp32 variant on that machine's CPU; p50/p95 ms per top-100 at concurrency 1 and 16, pairs/s;
+  - in process on the GPU: r3edge's torch scoring graph at fp32 (the reference) and at fp16 with SDPA attention,
+    sentence-transformers at fp32 and fp16 (mean pooling + the student's cosine head, as the student scores);
+  - parity of each served variant against the torch fp32 reference: argmax agreement, max |Δ expected score|,
+    mean top-10 overlap, nDCG@10 on the requests' gold labels (a record like the export's ``validated_on``);
+  - batch invariance of each variant on the provider it is served on (a pair alone vs among its top-100).
+  Then the tests that skip without a GPU (run.sh runs pytest), then a causal student of the Qwen2.5-1.5B shape
+  (random weights: the packaged GGUF is ~1.1 GB and cannot travel) served at fp16 against torch bf16 in process.
+
+Every part writes ``results.json`` and ``report.md`` into ``--out`` as soon as it ends; ``--budget-s`` skips the
+parts that would start after it (they are recorded as not run). ``--smoke`` runs every code path on this CPU with
+tiny random models and ``--device cpu`` in under three minutes: a proof of the script, not a result.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+#: the students the issue names: the demo's cosine student and the recommended SemEval student
+STUDENTS = {"demo": "minilm-demo", "semeval": "minilm-cqa-bi-rank-wise"}
+CAUSAL = "qwen2.5-1.5b-random"
+SMOKE_BI, SMOKE_CAUSAL = "bert-tiny", "qwen2-tiny"
+TOP_K = 10
+GOALS = {"p50_ms_c1": 6.0, "speedup_vs_torch": 1.5, "top10_overlap": 0.98, "ndcg_delta": 0.005, "causal_p50_ms": 150.0}
+
+
+# -- prepare (CPU) ------------------------------------------------------------------------------------------------
+def _student_config(name: str, smoke: bool) -> Path:
+    """The student config file; in smoke mode bert-tiny turned into a cosine student (as the tests do)."""
+    import yaml
+
+    path = ROOT / "configs" / "student" / f"{name}.yaml"
+    if not smoke or name != SMOKE_BI:
+        return path
+    raw = yaml.safe_load(path.read_text())
+    raw["name"], raw["model"]["kind"], raw["scorer"]["max_total_tokens"] = "bert-tiny-bi", "biencoder", 180
+    out = Path(os.environ.get("TMPDIR", "/tmp")) / "r3edge-gpu-bert-tiny-bi.yaml"
+    out.write_text(yaml.safe_dump(raw))
+    return out
+
+
+def _fp16_weights(student: Path) -> None:
+    """Store the student's float weights as fp16 (safetensors): what travels."""
+    from safetensors.numpy import load_file, save_file
+
+    path = student / "model.safetensors"
+    tensors = load_file(str(path))
+    save_file({k: v.astype(np.float16) if v.dtype == np.float32 else v for k, v in tensors.items()}, str(path))
+
+
+def prepare(args) -> int:
+    from r3edge.core.config import StudentConfig, load_yaml
+    from r3edge.model.student import create_student, save_student
+
+    stage = Path(args.stage)
+    (stage / "students").mkdir(parents=True, exist_ok=True)
+    notes = {}
+    for key, config in STUDENTS.items():
+        out = stage / "students" / key
+        shutil.rmtree(out, ignore_errors=True)
+        given = getattr(args, f"{key}_student")
+        if given and not args.smoke:
+            shutil.copytree(given, out)
+            notes[key] = f"trained student {config} from {Path(given).name}"
+        else:
+            name = SMOKE_BI if args.smoke else config
+            save_student(*create_student(load_yaml(_student_config(name, args.smoke), StudentConfig)), out)
+            notes[key] = (f"UNTRAINED {name} (random tiny weights, smoke)" if args.smoke else
+                          f"UNTRAINED {config}: the packaged all-MiniLM-L6-v2 encoder with the config's initial cosine "
+                          "head (no trained weights on the preparing machine): same shapes and speed, not the trained "
+                          "student's rankings")
+        _fp16_weights(out)
+    pairs = Path(args.pairs) if args.pairs else None
+    lines = pairs.read_text().splitlines() if pairs and pairs.is_file() else []
+    if not lines:
+        raise SystemExit(f"--pairs {args.pairs}: no requests (SemEval C dev: ../shared/data/semeval2016-cqa/subtaskC_dev.jsonl)")
+    (stage / "requests.jsonl").write_text("\n".join(lines[: args.max_requests]) + "\n")
+    (stage / "students.json").write_text(json.dumps({"students": notes, "weights": "stored fp16, read back as fp32",
+                                                     "requests": f"{pairs.name}, first {min(len(lines), args.max_requests)}"},
+                                                    indent=1) + "\n")
+    print(json.dumps(notes, indent=1))
+    return 0
+
+
+# -- run (GPU machine) ---------------------------------------------------------------------------------------------
+class Results:
+    """results.json + report.md, rewritten after every part; the parts of an earlier ``run`` into the same
+    ``--out`` are kept (run.sh runs the students, then the GPU tests, then the causal part)."""
+
+    def __init__(self, out: Path, meta: dict):
+        out.mkdir(parents=True, exist_ok=True)
+        earlier = json.loads((out / "results.json").read_text()).get("parts", {}) if (out / "results.json").is_file() else {}
+        earlier.pop("done", None)
+        self.out, self.data = out, {**meta, "parts": earlier}
+
+    def put(self, part: str, value) -> None:
+        self.data["parts"][part] = value
+        (self.out / "results.json").write_text(json.dumps(self.data, indent=1, default=float) + "\n")
+        (self.out / "report.md").write_text(report_md(self.data))
+
+
+def _restore_fp32(src: Path, dst: Path) -> Path:
+    from safetensors.numpy import load_file, save_file
+
+    shutil.rmtree(dst, ignore_errors=True)
+    shutil.copytree(src, dst)
+    t = load_file(str(dst / "model.safetensors"))
+    save_file({k: v.astype(np.float32) if v.dtype == np.float16 else v for k, v in t.items()}, str(dst / "model.safetensors"))
+    return dst
+
+
+def _requests(path: Path, n: int):
+    from r3edge.core.pairs import read_queries
+
+    return read_queries(path)[:n]
+
+
+def _ms(fn, reps: int) -> list[float]:
+    out = []
+    for _ in range(reps):
+        t = time.perf_counter()
+        fn()
+        out.append((time.perf_counter() - t) * 1000)
+    return out
+
+
+def _row(ms: list[float], pairs_per_call: float) -> dict:
+    from r3edge.core.timing import percentiles
+
+    p = percentiles(ms)
+    return {"latency_ms": p, "pairs_per_s": pairs_per_call * len(ms) / (sum(ms) / 1000) if ms else None}
+
+
+def _parity(queries, ref_scores: dict, got_scores: dict, ref_logits=None, got_logits=None) -> dict:
+    """Against the torch fp32 reference: argmax agreement, max |Δ expected score|, mean top-10 overlap, nDCG@10
+    of both on the requests' gold labels."""
+    from r3edge.core.metrics import ndcg_at_k
+    from r3edge.core.timing import top_k_overlap
+
+    overlaps, d, gains, r_all, g_all, qids = [], 0.0, [], [], [], []
+    queries = [q for q in queries if q.qid in got_scores]  # the CPU-served row scores fewer requests
+    for q in queries:
+        r, g = np.asarray(ref_scores[q.qid]), np.asarray(got_scores[q.qid])
+        overlaps.append(top_k_overlap(r, g, TOP_K))
+        d = max(d, float(np.abs(r - g).max()))
+        gains += [float(c.label or 0) for c in q.candidates]
+        r_all += list(r)
+        g_all += list(g)
+        qids += [q.qid] * len(r)
+    out = {"top10_overlap": float(np.mean(overlaps)), "max_abs_score_diff": d}
+    out["requests"] = len(queries)
+    if ref_logits is not None and got_logits is not None:
+        k = len(got_logits)  # the first k requests (got_logits follows the scored subset)
+        out["argmax_agreement"] = float((np.concatenate(ref_logits[:k]).argmax(-1) == np.concatenate(got_logits).argmax(-1)).mean())
+    labelled = any(gains)
+    if labelled:
+        gains_a = np.asarray(gains)
+        out["ndcg@10_ref"] = ndcg_at_k(gains_a, np.asarray(r_all), qids)["ndcg@10"]
+        out["ndcg@10"] = ndcg_at_k(gains_a, np.asarray(g_all), qids)["ndcg@10"]
+    return out
+
+
+def _served(art: Path, variant: str, device: str, queries, scorer, args, label: str) -> dict:
+    """One variant served by a child ``r3edge serve --device``: every candidate's probabilities (top_k=0, also the
+    warm-up), then closed-loop load at concurrency 1 and 16."""
+    from r3edge.api.client import RerankerClient
+    from r3edge.benchmarks.load import collect_probs, run_load
+    from r3edge.benchmarks.systems import serve_artifact
+
+    row: dict = {"system": label, "variant": variant, "device": device}
+    try:
+        with serve_artifact(str(art), variant, None, device=device) as target:
+            with RerankerClient(target) as client:
+                client.wait_ready(300)
+                info = client.model_info()
+            row["model_info"] = {"runtime": info.runtime, "variant": info.variant}
+            probs = collect_probs(target, queries)
+            values = np.asarray(scorer.spec.label_values, dtype=np.float64)
+            row["_scores"] = {q.qid: [float(np.asarray(probs[(q.qid, c.docid)]) @ values) for c in q.candidates]
+                              for q in queries}
+            row["_argmax"] = {q.qid: [int(np.argmax(probs[(q.qid, c.docid)])) for c in q.candidates] for q in queries}
+            slow = device == "cpu" and not args.smoke
+            for conc in (1, 16):
+                n = (args.cpu_requests if slow else args.requests) * (2 if conc > 1 else 1)
+                load = run_load(target, queries, max(n, conc), conc, top_k=TOP_K, progress=False)
+                row[f"c{conc}"] = {"latency_ms": load["latency_ms"], "pairs_per_s": load["pairs_per_s"],
+                                   "requests": load["requests"], "errors": load["errors"]}
+    except Exception as exc:  # a system that fails is a row that says why, not a lost run
+        row["error"] = f"{type(exc).__name__}: {exc}"[:1500]
+    return row
+
+
+def _in_process(student: Path, queries, device: str, args) -> list[dict]:
+    """torch (r3edge's scoring graph) at fp32 and fp16+SDPA, sentence-transformers at fp32 and fp16, on ``device``;
+    each row keeps every candidate's expected score for the parity columns (fp32 torch is the reference)."""
+    import torch
+
+    from r3edge.model.student import lm_score_fn, load_student
+
+    rows = []
+    texts = [(q.query, [c.text for c in q.candidates]) for q in queries]
+    reps = max(1, args.reps)
+
+    def sync():
+        if device.startswith("cuda"):
+            torch.cuda.synchronize()
+
+    def add(label: str, rank_one, logits_one=None):
+        row: dict = {"system": label, "device": device, "in_process": True}
+        try:
+            with torch.inference_mode():
+                scores = {q.qid: rank_one(q.query, t) for q, (_, t) in zip(queries, texts, strict=True)}
+                row["_scores"] = {k: [float(x) for x in v] for k, v in scores.items()}
+                sync()
+                ms = []
+                for _ in range(reps):
+                    for q, t in texts:
+                        t0 = time.perf_counter()
+                        rank_one(q, t)
+                        sync()
+                        ms.append((time.perf_counter() - t0) * 1000)
+            row["c1"] = _row(ms, float(np.mean([len(t) for _, t in texts])))
+        except Exception as exc:
+            row["error"] = f"{type(exc).__name__}: {exc}"[:1500]
+        rows.append(row)
+
+    lm, scorer = load_student(student)
+    lm = lm.to(device).eval()
+    for dtype, attn, label in ((torch.float32, None, "torch fp32 (r3edge graph; reference)"),
+                               (torch.float16, "sdpa", "torch fp16, SDPA (r3edge graph)")):
+        encoder = getattr(lm, "encoder", lm)  # a cosine student's label head stays fp32, as its graph computes it
+        encoder.to(dtype)
+        if attn and hasattr(encoder, "set_attn_implementation"):
+            encoder.set_attn_implementation(attn)
+        fn = lm_score_fn(lm, scorer, max_batch_size=128)
+
+        def rank_one(q, t, fn=fn):
+            return scorer.relevance(fn([q] * len(t), t))[1]
+
+        add(label, rank_one)
+        if rows[-1].get("_scores") is not None and dtype is torch.float32:
+            rows[-1]["_logits"] = [fn([q.query] * len(q.candidates), [c.text for c in q.candidates]) for q in queries]
+    del lm
+    try:
+        from sentence_transformers import SentenceTransformer
+
+        head = json.loads((student / "cosine_head.json").read_text())
+        spec = importlib.util.spec_from_file_location("st_peers", ROOT / "benchmarks" / "peer_side" / "sentence_transformers_peers.py")
+        peers = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(peers)
+        values, temperature = scorer.spec.label_values, float(scorer.spec.temperature)
+        for half in (False, True):
+            st = SentenceTransformer(str(student), device=device)
+            st.max_seq_length = scorer.spec.max_doc_tokens
+            if half:
+                st = st.half()
+
+            def rank_one(q, t, st=st):
+                emb = st.encode([q, *t], batch_size=128, normalize_embeddings=True, convert_to_numpy=True,
+                                show_progress_bar=False).astype(np.float64)
+                return peers.expected_scores(emb[1:] @ emb[0], head, values, temperature)
+
+            add(f"sentence-transformers {'fp16' if half else 'fp32'}", rank_one)
+    except Exception as exc:
+        rows.append({"system": "sentence-transformers", "error": f"{type(exc).__name__}: {exc}"[:1500]})
+    return rows
+
+
+def _batch_invariance(art: Path, variant: str, device: str, queries) -> dict:
+    """Max |Δ score| of a pair alone vs among its top-100, through the variant's runtime on ``device`` (the
+    prefix-reuse graphs the server uses)."""
+    from r3edge.core.fidelity import batch_invariance
+    from r3edge.core.onnx_runtime import OnnxRuntime
+
+    try:
+        rt = OnnxRuntime(art, variant, device=device)
+        q = queries[0]
+        qs, ds = [q.query] * len(q.candidates), [c.text for c in q.candidates]
+        return {"variant": variant, "device": device, "providers": list(rt.providers), "pairs": len(ds),
+                "max_abs_score_diff": batch_invariance(rt.scorer, None if rt.prefix else rt, qs, ds, rt.prefix)}
+    except Exception as exc:
+        return {"variant": variant, "device": device, "error": f"{type(exc).__name__}: {exc}"[:800]}
+
+
+def student_part(key: str, stage: Path, work: Path, queries, device: str, args) -> dict:
+    from r3edge.core.scoring import Scorer
+    from r3edge.export.onnx import export_artifact
+
+    student = _restore_fp32(stage / "students" / key, work / f"student-{key}")
+    t0 = time.perf_counter()
+    art = export_artifact(student, work / f"artifact-{key}", variants=("fp32", "fp16"), prefix_reuse=True,
+                          log=lambda *a, **k: None)
+    export_s = time.perf_counter() - t0
+    report = json.loads((art / "export_report.json").read_text())
+    scorer = Scorer.load(art)
+    part: dict = {"student": json.loads((stage / "students.json").read_text())["students"][key],
+                  "export_s": round(export_s, 1), "export_rejected": report["rejected"],
+                  "export_parity": {v: {k: r.get(k) for k in ("validated_on", "max_abs_logit_diff", "max_abs_score_diff",
+                                                               "argmax_agreement")}
+                                    for v, r in report.get("prefix_reuse", report["variants"]).items()},
+                  "fp16_fusion": report["quantization"].get("fp16", {}).get("gpu_fusion")}
+    rows = _in_process(student, queries, device, args)
+    cpu_label = "served fp32, CPU provider (same machine)"
+    for variant, dev, label in ((("fp16", device, f"served fp16, {device}")), ("fp32", device, f"served fp32, {device}"),
+                                ("fp32", "cpu", cpu_label)):
+        if dev == "cpu" and device == "cpu" and variant == "fp32" and label == cpu_label:
+            continue  # smoke: the CPU row is the fp32 row above
+        subset = queries[: args.cpu_requests] if dev == "cpu" and not args.smoke else queries
+        rows.append(_served(art, variant, dev, subset, scorer, args, label))
+    ref = next((r for r in rows if r["system"].startswith("torch fp32") and "_scores" in r), None)
+    for r in rows:
+        if ref is not None and "_scores" in r:
+            got_logits = None
+            if "_argmax" in r:  # served: argmax of the served probabilities vs the reference's logits
+                got_logits = [np.eye(scorer.spec.n_labels)[r["_argmax"][q.qid]] for q in queries if q.qid in r["_argmax"]]
+            r["parity_vs_torch_fp32"] = _parity(queries, ref["_scores"], r["_scores"], ref.get("_logits"), got_logits)
+            if r.get("variant"):
+                r["parity_vs_torch_fp32"]["validated_on"] = "CUDAExecutionProvider" if r["device"] == "cuda" else "CPUExecutionProvider"
+    for r in rows:
+        for k in ("_scores", "_argmax", "_logits"):
+            r.pop(k, None)
+    part["systems"] = rows
+    part["batch_invariance"] = [_batch_invariance(art, v, device, queries) for v in ("fp32", "fp16")]
+    part["goals"] = _student_goals(rows)
+    return part
+
+
+def _p50(row: dict, conc: str = "c1"):
+    return ((row.get(conc) or {}).get("latency_ms") or {}).get("p50")
+
+
+def _student_goals(rows: list[dict]) -> dict:
+    served = next((r for r in rows if r["system"].startswith("served fp16") and _p50(r)), None)
+    torch_rows = [r for r in rows if r.get("in_process") and _p50(r)]
+    fastest = min(torch_rows, key=_p50) if torch_rows else None
+    if served is None:
+        return {"met": False, "why": "the fp16 variant was not served"}
+    par = served.get("parity_vs_torch_fp32", {})
+    goals = {"p50_ms_c1": _p50(served), "fastest_in_process": fastest and fastest["system"],
+             "speedup_vs_fastest_in_process": fastest and _p50(fastest) / _p50(served),
+             "top10_overlap": par.get("top10_overlap"),
+             "ndcg_delta": None if par.get("ndcg@10") is None else par["ndcg@10"] - par["ndcg@10_ref"]}
+    goals["met"] = bool(goals["p50_ms_c1"] <= GOALS["p50_ms_c1"]
+                        and (goals["speedup_vs_fastest_in_process"] or 0) >= GOALS["speedup_vs_torch"]
+                        and (goals["top10_overlap"] or 0) >= GOALS["top10_overlap"]
+                        and goals["ndcg_delta"] is not None and abs(goals["ndcg_delta"]) <= GOALS["ndcg_delta"])
+    return goals
+
+
+def causal_part(work: Path, queries, device: str, args) -> dict:
+    """The Qwen2.5-1.5B shape (random weights, seeded) at fp16 served vs torch bf16 in process."""
+    import torch
+
+    from r3edge.core.config import StudentConfig, load_yaml
+    from r3edge.core.scoring import Scorer
+    from r3edge.export.onnx import export_artifact
+    from r3edge.model.student import create_student, lm_score_fn, save_student
+
+    name = SMOKE_CAUSAL if args.smoke else CAUSAL
+    torch.manual_seed(0)
+    t0 = time.perf_counter()
+    lm, scorer = create_student(load_yaml(ROOT / "configs" / "student" / f"{name}.yaml", StudentConfig))
+    student = save_student(lm, scorer, work / "student-causal")
+    art = export_artifact(student, work / "artifact-causal", variants=("fp32", "fp16"), max_calib=4, log=lambda *a, **k: None)
+    part: dict = {"student": f"{name} (random weights, seeded: the packaged Qwen2.5-Coder-1.5B GGUF's parts are ~1.1 GB "
+                  "and cannot travel to the GPU machine)" if not args.smoke else f"{name} (smoke)",
+                  "export_s": round(time.perf_counter() - t0, 1),
+                  "export_rejected": json.loads((art / "export_report.json").read_text())["rejected"]}
+    scorer = Scorer.load(art)
+    enc = scorer.encode_batch([q.query for q in queries[:1] for _ in q.candidates], [c.text for c in queries[0].candidates])
+    part["pair_tokens"] = {"min": min(len(e.input_ids) for e in enc), "max": max(len(e.input_ids) for e in enc)}
+    rows = [_served(art, "fp16", device, queries[:2], scorer, args, f"served fp16, {device}")]
+    bf16 = torch.bfloat16 if device.startswith("cuda") else torch.float32  # smoke: bf16 is emulated on most CPUs
+    m = lm.to(device=device, dtype=bf16).eval()
+    fn = lm_score_fn(m, scorer, max_batch_size=100)
+    texts = [(q.query, [c.text for c in q.candidates]) for q in queries[:2]]
+    row: dict = {"system": f"torch {'bf16' if bf16 is torch.bfloat16 else 'fp32 (smoke)'} in process, one batch of 100",
+                 "device": device, "in_process": True}
+    with torch.inference_mode():
+        ref = {q.qid: scorer.relevance(fn([q.query] * len(q.candidates), [c.text for c in q.candidates]))[1]
+               for q in queries[:2]}  # also the warm-up
+        ms = [t for _ in range(max(1, args.reps)) for q, t_ in texts
+              for t in _ms(lambda q=q, t_=t_: (fn([q] * len(t_), t_), torch.cuda.synchronize() if device.startswith("cuda") else None), 1)]
+    row["c1"] = _row(ms, float(np.mean([len(t) for _, t in texts])))
+    rows.append(row)
+    if "_scores" in rows[0]:  # served fp16 against the in-process torch row (random weights: close scores, a loose check)
+        rows[0]["parity_vs_torch"] = _parity(queries[:2], ref, rows[0]["_scores"])
+    for r in rows:
+        for k in ("_scores", "_argmax"):
+            r.pop(k, None)
+    part["systems"] = rows
+    p = _p50(rows[0])
+    part["goals"] = {"p50_ms_c1": p, "met": p is not None and p <= GOALS["causal_p50_ms"]}
+    return part
+
+
+def _gpu_name(device: str) -> str:
+    if device.startswith("cuda"):
+        import torch
+
+        return f"{torch.cuda.get_device_name(0)} ({torch.cuda.get_device_properties(0).total_memory / 2**30:.0f} GiB)"
+    return "no GPU (smoke on the CPU)"
+
+
+def run(args) -> int:
+    import onnxruntime as ort
+
+    from r3edge.benchmarks.machine import machine_info
+
+    t_start = time.perf_counter()
+    device = "cpu" if args.smoke else args.device
+    stage, out = Path(args.stage), Path(args.out)
+    work = Path(args.work)
+    work.mkdir(parents=True, exist_ok=True)
+    res = Results(out, {"smoke": bool(args.smoke), "gpu": _gpu_name(device), "device": device, "machine": machine_info(),
+                        "onnxruntime": {"version": ort.__version__, "providers": ort.get_available_providers(),
+                                        "module": ort.__file__},
+                        "note": "SMOKE: tiny random models on the CPU, a proof of the script, not a result" if args.smoke
+                        else "issue 46's GPU benchmark (benchmarks/gpu/README.md)"})
+    queries = _requests(stage / "requests.jsonl", args.max_requests)
+
+    def left() -> float:
+        return args.budget_s - (time.perf_counter() - t_start)
+
+    for key in STUDENTS:
+        if f"student:{key}" not in args.parts.split(",") and "students" not in args.parts.split(","):
+            continue
+        if args.smoke and key != "demo":
+            res.put(f"student:{key}", {"not_run": "smoke: the demo student's part runs the same code"})
+            continue
+        if left() < args.part_min_s:
+            res.put(f"student:{key}", {"not_run": f"budget: {left():.0f} s left"})
+            continue
+        t0 = time.perf_counter()
+        try:
+            part = student_part(key, stage, work, queries, device, args)
+        except Exception as exc:
+            part = {"error": f"{type(exc).__name__}: {exc}"[:2000]}
+        part["seconds"] = round(time.perf_counter() - t0, 1)
+        res.put(f"student:{key}", part)
+    if args.pytest_json and Path(args.pytest_json).is_file():
+        res.put("gpu_tests", json.loads(Path(args.pytest_json).read_text()))
+    if "causal" in args.parts.split(","):
+        if left() < args.causal_min_s:
+            res.put("causal", {"not_run": f"budget: {left():.0f} s left, the part needs ~{args.causal_min_s} s"})
+        else:
+            t0 = time.perf_counter()
+            try:
+                part = causal_part(work, queries, device, args)
+            except Exception as exc:
+                part = {"error": f"{type(exc).__name__}: {exc}"[:2000]}
+            part["seconds"] = round(time.perf_counter() - t0, 1)
+            res.put("causal", part)
+    res.data["seconds"] = round(time.perf_counter() - t_start, 1)
+    res.put("done", True)
+    print((out / "report.md").read_text())
+    return 0
+
+
+# -- report -------------------------------------------------------------------------------------------------------
+def _fmt(x, nd=1):
+    return "–" if x is None else f"{x:,.{nd}f}"
+
+
+def report_md(d: dict) -> str:
+    lines = [f"# r3edge students on {d['gpu']}", "",
+             f"{d['note']}. ONNX Runtime {d['onnxruntime']['version']} ({', '.join(d['onnxruntime']['providers'])}); "
+             f"CPU: {d['machine'].get('cpu')} ({d['machine'].get('cores_usable')} usable cores). "
+             "Requests: top-100 lists (1 query + 100 candidates each); p50/p95 are ms per top-100.", ""]
+    for name, part in d["parts"].items():
+        if name == "done":
+            continue
+        lines += [f"## {name}", ""]
+        if isinstance(part, dict) and "cases" in part:
+            lines += [f"{part['counts']}", "", "| test | status | why |", "|---|---|---|"]
+            lines += [f"| {c['test']} | {c['status']} | {c['why'][:160]} |" for c in part["cases"]] + [""]
+            continue
+        if not isinstance(part, dict) or "systems" not in part:
+            lines += [f"`{json.dumps(part, default=str)[:1500]}`", ""]
+            continue
+        lines += [f"Student: {part['student']}. Export {part.get('export_s')} s; rejected: {part.get('export_rejected') or 'none'}.", "",
+                  "| system | p50 c1 | p95 c1 | p50 c16 | p95 c16 | pairs/s c16 (c1 in process) | top-10 overlap "
+                  "| max abs dScore | argmax | nDCG@10 (ref) |",
+                  "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+        for r in part["systems"]:
+            if "error" in r:
+                lines.append(f"| {r['system']} | error: {r['error'][:200]} |||||||||")
+                continue
+            c1, c16 = r.get("c1") or {}, r.get("c16") or {}
+            par = r.get("parity_vs_torch_fp32") or r.get("parity_vs_torch") or {}
+            tput = c16.get("pairs_per_s") if c16 else c1.get("pairs_per_s")
+            ndcg = "–" if par.get("ndcg@10") is None else f"{par['ndcg@10']:.4f} ({par['ndcg@10_ref']:.4f})"
+            lines.append(f"| {r['system']} | {_fmt(_p50(r), 2)} | {_fmt((c1.get('latency_ms') or {}).get('p95'), 2)} | "
+                         f"{_fmt(_p50(r, 'c16'), 2)} | {_fmt((c16.get('latency_ms') or {}).get('p95'), 2)} | {_fmt(tput, 0)} | "
+                         f"{_fmt(par.get('top10_overlap'), 3)} | {_fmt(par.get('max_abs_score_diff'), 4)} | "
+                         f"{_fmt(par.get('argmax_agreement'), 3)} | {ndcg} |")
+        lines.append("")
+        for bi in part.get("batch_invariance", []):
+            lines.append(f"- batch invariance, {bi.get('variant')} on {bi.get('device')}: "
+                         + (f"max |dScore| {bi['max_abs_score_diff']:.2e} over {bi['pairs']} pairs ({bi['providers'][0]})"
+                            if "error" not in bi else f"error: {bi['error'][:200]}"))
+        lines += [f"- goals: `{json.dumps(part.get('goals'), default=str)}`", ""]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    p = sub.add_parser("prepare", help="here: the students (fp16 weights) and the requests, into --stage")
+    p.add_argument("--stage", required=True)
+    p.add_argument("--demo-student", help="a trained demo cosine student directory (`r3edge demo`'s runs/demo/student)")
+    p.add_argument("--semeval-student", help="a trained minilm-cqa-bi-rank-wise directory (its reproduce line: "
+                   "benchmarks/results/fidelity-semeval-qwen-cold-start-wise/rebuild-xeon-2core/report.md)")
+    p.add_argument("--pairs", help="the requests: a pairs JSONL of top-100 lists (SemEval C dev)")
+    p.add_argument("--max-requests", type=int, default=50)
+    p.add_argument("--smoke", action="store_true")
+    r = sub.add_parser("run", help="there: export, serve and measure")
+    r.add_argument("--stage", required=True)
+    r.add_argument("--out", required=True)
+    r.add_argument("--work", default="/var/tmp/r3gpu/work")
+    r.add_argument("--device", default="cuda", choices=("cuda", "tensorrt", "cpu"))
+    r.add_argument("--parts", default="students,causal")
+    r.add_argument("--max-requests", type=int, default=50, help="requests for parity (every candidate scored)")
+    r.add_argument("--requests", type=int, default=40, help="timed requests at concurrency 1 (x2 at 16)")
+    r.add_argument("--cpu-requests", type=int, default=8, help="timed requests of the CPU-served row")
+    r.add_argument("--reps", type=int, default=1, help="timed passes of the in-process systems over --max-requests")
+    r.add_argument("--budget-s", type=float, default=500.0)
+    r.add_argument("--part-min-s", type=float, default=60.0)
+    r.add_argument("--causal-min-s", type=float, default=150.0)
+    r.add_argument("--pytest-json", help="run.sh's summary of the GPU tests, folded into results.json")
+    r.add_argument("--smoke", action="store_true")
+    args = ap.parse_args(argv)
+    return prepare(args) if args.cmd == "prepare" else run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

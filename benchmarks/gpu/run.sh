@@ -1,0 +1,116 @@
+#!/usr/bin/env bash
+# Issue 46's GPU benchmark, step 2 of 2: runs ON THE GPU MACHINE, one device call per piece that
+# prepare.sh made (benchmarks/gpu/carry/plan.txt lists the calls; README.md explains them).
+#
+#   bash benchmarks/gpu/run.sh take    # keep this call's carried piece in $R3GPU/parts (it stays while the machine is held)
+#   bash benchmarks/gpu/run.sh bench   # take the last piece, assemble and check the bundle, install onnxruntime-gpu and
+#                                      # the missing wheels with --no-deps --target, then measure into $OUT
+#   bash benchmarks/gpu/run.sh causal  # only the causal part again, while the machine that ran `bench` is held
+#   SMOKE=1 bash benchmarks/gpu/run.sh bench   # here, on the CPU, after SMOKE=1 prepare.sh: the same steps, tiny models
+#
+# The bench step keeps to BUDGET_S (default 480 s) in all: the students first, the GPU tests, the causal part last
+# (skipped, and recorded as not run, when too little time is left).
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+CARRY=benchmarks/gpu/carry
+SMOKE=${SMOKE:-0}
+R3GPU=${R3GPU:-/var/tmp/r3gpu}
+BUDGET_S=${BUDGET_S:-480}
+OUT=${OUT:-$R3GPU/out}
+if [ "$SMOKE" = 1 ]; then
+  # here, on a shared CPU: no budget cut (the parts' code paths are the point), out of the way of /var/tmp/r3gpu
+  PY=${PY:-.venv/bin/python}; R3GPU=${R3GPU_SMOKE:-/tmp/r3gpu-smoke}; OUT=${SMOKE_OUT:-$R3GPU/out}; BUDGET_S=${SMOKE_BUDGET_S:-3600}
+else
+  PY=${PY:-python3}
+fi
+
+gpu_env() {
+  mkdir -p "$OUT"
+  if [ "$SMOKE" != 1 ]; then
+    export PYTHONPATH="$R3GPU/site"
+    # CUDA 13 / cuDNN 9 come from the image's nvidia-* pip packages: on the library path, so the child
+    # `r3edge serve` finds them too (onnxruntime.preload_dlls() loads them only into the process that calls it)
+    LIBS=$("$PY" -c "import glob, os, site; print(':'.join(sorted({os.path.dirname(p) for d in site.getsitepackages() for p in glob.glob(d + '/nvidia/*/lib/*.so*')})))")
+    export LD_LIBRARY_PATH="$LIBS${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    "$PY" -c "import onnxruntime as o; o.preload_dlls(); print('onnxruntime', o.__version__, o.get_available_providers(), o.__file__)" \
+      | tee "$OUT/onnxruntime.txt"
+    nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee -a "$OUT/onnxruntime.txt"
+    DEVICE=cuda; SMOKE_FLAG=()
+  else
+    DEVICE=cpu; SMOKE_FLAG=(--smoke --max-requests 2 --requests 2 --cpu-requests 2)
+  fi
+  export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
+}
+
+causal() {  # the causal part alone, on a machine where `bench` already installed everything (still held)
+  gpu_env
+  "$PY" benchmarks/gpu/bench_gpu.py run --stage "$R3GPU/stage" --out "$OUT" --work "$R3GPU/work" --device "$DEVICE" \
+    --parts causal --budget-s "$BUDGET_S" --causal-min-s 0 "${SMOKE_FLAG[@]}" 2>&1 | tee "$OUT/causal.log" | grep -v "^\s*$" | tail -60
+}
+
+take() {
+  mkdir -p "$R3GPU/parts"
+  for p in "$CARRY"/part.*; do [ -f "$p" ] && cp "$p" "$R3GPU/parts/"; done
+  cp "$CARRY/bundle.sha256" "$CARRY/pieces" "$R3GPU/"
+  echo "pieces held: $(ls "$R3GPU/parts" | tr '\n' ' ') of $(cat "$R3GPU/pieces")"
+}
+
+bench() {
+  take
+  local want have
+  want=$(cat "$R3GPU/pieces"); have=$(ls "$R3GPU/parts" | wc -l)
+  if [ "$have" != "$want" ]; then
+    echo "only $have of $want pieces are here: the machine was given back between calls; start again from the first call" >&2
+    exit 3
+  fi
+  cat "$R3GPU"/parts/part.* > "$R3GPU/bundle.tar"
+  (cd "$R3GPU" && sha256sum -c bundle.sha256) || { echo "bundle sha256 mismatch: run prepare.sh again" >&2; exit 4; }
+  rm -rf "$R3GPU/stage" && tar -C "$R3GPU" -xf "$R3GPU/bundle.tar" && rm "$R3GPU/bundle.tar"
+  if [ "$SMOKE" != 1 ]; then
+    echo "05d548956197b9d01f59b625de740e0d6be3593f874e241a12dc0362650ecdf7  $(ls "$R3GPU"/stage/wheels/onnxruntime_gpu-*.whl)" \
+      | sha256sum -c - || exit 5
+    # --target: nothing of the image's own environment changes; PYTHONPATH puts these first (its CPU onnxruntime
+    # stays installed but is shadowed by onnxruntime-gpu's module of the same name)
+    "$PY" -m pip install -q --no-index --no-deps --no-compile --upgrade --target "$R3GPU/site" "$R3GPU"/stage/wheels/*.whl || exit 6
+    "$PY" -m pip install -q --no-index --no-deps --no-build-isolation --no-compile --upgrade --target "$R3GPU/site" . || exit 7
+  fi
+  gpu_env
+  "$PY" benchmarks/gpu/bench_gpu.py run --stage "$R3GPU/stage" --out "$OUT" --work "$R3GPU/work" --device "$DEVICE" \
+    --parts students --budget-s $((BUDGET_S - SECONDS - 200)) "${SMOKE_FLAG[@]}" 2>&1 | tee "$OUT/students.log" | grep -v "^\s*$" | tail -40
+
+  # The tests that skip without a GPU (reasons listed with -rs): the CUDA provider's fp16 parity and the device
+  # selection; in smoke mode they run and skip as they do in CI.
+  local tests_s=$(( BUDGET_S - SECONDS - 170 ))
+  if [ "$tests_s" -gt 30 ]; then
+    timeout "$tests_s" "$PY" -m pytest -q -rs -p no:cacheprovider tests/test_tensorrt.py tests/test_devices.py -k "cuda or gpu or tensorrt" \
+      --junitxml "$R3GPU/gpu-tests.xml" > "$OUT/gpu-tests.log" 2>&1
+    echo "gpu tests: exit $? ($(tail -1 "$OUT/gpu-tests.log"))"
+    "$PY" - "$R3GPU/gpu-tests.xml" "$R3GPU/gpu-tests.json" <<'EOF'
+import json, sys, xml.etree.ElementTree as ET
+try:
+    root = ET.parse(sys.argv[1]).getroot()
+except (OSError, ET.ParseError) as exc:
+    json.dump({"error": f"no junit xml: {exc}"}, open(sys.argv[2], "w")); raise SystemExit
+cases = []
+for c in root.iter("testcase"):
+    status = next((t.tag for t in c if t.tag in ("failure", "error", "skipped")), "passed")
+    why = next((t.get("message", "")[:300] for t in c if t.tag in ("failure", "error", "skipped")), "")
+    cases.append({"test": f"{c.get('classname')}::{c.get('name')}", "status": status, "why": why, "s": float(c.get("time", 0))})
+json.dump({"cases": cases, "counts": {s: sum(c["status"] == s for c in cases) for s in ("passed", "failure", "error", "skipped")}},
+          open(sys.argv[2], "w"), indent=1)
+EOF
+  else
+    echo "{\"not_run\": \"budget: ${tests_s} s left\"}" > "$R3GPU/gpu-tests.json"
+  fi
+  "$PY" benchmarks/gpu/bench_gpu.py run --stage "$R3GPU/stage" --out "$OUT" --work "$R3GPU/work" --device "$DEVICE" \
+    --parts causal --pytest-json "$R3GPU/gpu-tests.json" --budget-s $((BUDGET_S - SECONDS)) "${SMOKE_FLAG[@]}" 2>&1 \
+    | tee "$OUT/causal.log" | grep -v "^\s*$" | tail -60
+  echo "bench step: ${SECONDS} s; results in $OUT"
+}
+
+case "${1:-}" in
+  take) take ;;
+  bench) bench ;;
+  causal) causal ;;
+  *) echo "usage: run.sh take|bench|causal" >&2; exit 2 ;;
+esac
