@@ -13,11 +13,12 @@ the forum shows it that way. Nothing is copied into the project; the data is rea
 from __future__ import annotations
 
 import random
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from r3edge.core.errors import NotFound
+from r3edge.core.errors import InvalidInput, NotFound
 from r3edge.core.pairs import QueryCandidates, read_queries
-from r3edge.distill.data.pooling import Doc
+from r3edge.distill.data.pooling import Doc, Query
 
 SEMEVAL_FILES = {
     ("A", "train"): "subtaskA_train2.jsonl", ("A", "dev"): "subtaskA_dev.jsonl",
@@ -83,3 +84,118 @@ def write_fidelity_pairs(data_dir: str | Path, sft_gold: Path, train_pairs: Path
         write_queries(train_pairs, sample_queries(c_train, train_queries, seed))
         write_queries(dev_pairs, sample_queries(semeval_queries(data_dir, "C", "dev"), dev_queries, seed))
     return read_queries(dev_pairs)
+
+
+
+#: the train files `r3edge pairs --semeval` pools from: their questions are the queries, their comments the corpus
+SEMEVAL_POOL_SUBTASKS = ("A", "C")
+
+
+def _thread_ids(docid: str) -> set[str]:
+    """The thread and question a SemEval id names: comment ``Q268_R4_C1`` -> {Q268_R4, Q268}."""
+    parts = docid.split("_")
+    return {"_".join(parts[:i]) for i in range(1, len(parts))}
+
+
+@dataclass
+class SemevalSplit:
+    """What a split names: every id (questions, threads, comments), its question texts (new questions and the
+    related threads' questions) and its comments as pooling shows them (titled with their thread's subject)."""
+
+    ids: set[str] = field(default_factory=set)
+    questions: set[str] = field(default_factory=set)
+    comments: set[str] = field(default_factory=set)
+
+
+def _titled(text: str, subject: str) -> str:
+    return Doc("", text, subject or None).full_text
+
+
+def semeval_dev_split(data_dir: str | Path) -> SemevalSplit:
+    """Every id and text of the dev split, from its three files."""
+    dev = SemevalSplit()
+    for subtask in "ABC":
+        for q in semeval_queries(data_dir, subtask, "dev", aux_k=0):
+            dev.ids.add(q.qid)
+            dev.ids.update(c.docid for c in q.candidates)
+            dev.questions.add(q.query)
+            if subtask == "B":  # the related threads' questions
+                dev.questions.update(c.text for c in q.candidates)
+            elif subtask == "C":  # titled by semeval_queries
+                dev.comments.update(c.text for c in q.candidates)
+            else:
+                dev.comments.update(_titled(c.text, q.query.split("\n", 1)[0].strip()) for c in q.candidates)
+    return dev
+
+
+@dataclass
+class SemevalTrainPool:
+    """Pooling's inputs from the train split, and what was left out and why (counts)."""
+
+    queries: list[Query]
+    docs: list[Doc]
+    left_out: dict[str, int]
+
+
+def semeval_train_collection(data_dir: str | Path) -> SemevalTrainPool:
+    """Pooling's inputs from the train split only: the questions of subtask A train (379 related questions)
+    and C train (67 new questions) as queries, and the comments of their threads as the corpus. A comment's
+    text is titled with its thread's subject line, as :func:`semeval_queries` shows C's comments (the form the
+    SemEval judges and students were trained and measured on).
+
+    The forum's search returned some threads for both a train and a dev question, under other ids, so the
+    train files hold dev content. Left out (and counted): a train question whose text is a dev question's or a
+    dev thread's question, every comment of a train thread whose question is one of those, any other comment
+    whose titled text is a dev comment's, and repeated texts (the first query or comment with a text is kept).
+    A train id that *is* a dev id (or names a dev thread or question) is an error: the files are mixed up.
+    :func:`check_not_dev` then checks the result against the dev split."""
+    dev = semeval_dev_split(data_dir)
+    thread_question = {c.docid: c.text for q in read_queries(semeval_file(data_dir, "B", "train")) for c in q.candidates}
+    left = dict.fromkeys(("dev_questions", "dev_thread_comments", "dev_comments", "repeated_questions",
+                          "repeated_comments"), 0)
+    queries: dict[str, Query] = {}
+    docs: dict[str, Doc] = {}
+    seen: set[str] = set()
+    for subtask in SEMEVAL_POOL_SUBTASKS:
+        for q in semeval_queries(data_dir, subtask, "train", aux_k=0):
+            check_not_dev([Query(q.qid, "")], [Doc(c.docid, "") for c in q.candidates], SemevalSplit(ids=dev.ids),
+                          data_dir)
+            if q.query in dev.questions:
+                left["dev_questions"] += 1
+            elif q.query in queries:
+                left["repeated_questions"] += 1
+            else:
+                queries[q.query] = Query(q.qid, q.query, {"semeval": subtask})
+            subject = q.query.split("\n", 1)[0].strip()  # subtask A: the query is the thread's own question
+            for c in q.candidates:
+                if c.docid in seen:  # subtask A's comments are also C's
+                    continue
+                seen.add(c.docid)
+                text = c.text if subtask == "C" else _titled(c.text, subject)
+                thread = q.query if subtask == "A" else thread_question.get(c.docid.rsplit("_", 1)[0])
+                if thread in dev.questions:
+                    left["dev_thread_comments"] += 1
+                elif text in dev.comments:
+                    left["dev_comments"] += 1
+                elif text in docs:
+                    left["repeated_comments"] += 1
+                else:
+                    docs[text] = Doc(c.docid, text)
+    out = SemevalTrainPool(list(queries.values()), list(docs.values()), left)
+    check_not_dev(out.queries, out.docs, dev, data_dir)
+    return out
+
+
+def check_not_dev(queries: list[Query], docs: list[Doc], dev: SemevalSplit, data_dir: str | Path) -> None:
+    """An error naming the first query or comment whose id, thread or question is a dev id, or whose text is a
+    dev question's or comment's."""
+    for kind, items, texts, what in (("query", [(q.qid, q.query) for q in queries], dev.questions, "question"),
+                                     ("comment", [(d.docid, d.text) for d in docs], dev.comments, "comment")):
+        for item, text in items:
+            hit = sorted(({item} | _thread_ids(item)) & dev.ids)
+            if hit or text in texts:
+                why = f"{', '.join(hit)} is a dev id" if hit else f"its text is a dev {what}'s"
+                raise InvalidInput(f"{kind} {item!r} of the train files in {data_dir} is in the dev split ({why}): "
+                                   "dev must never be pooled for training",
+                                   "restore the official train and dev files (see the data folder's README.md)",
+                                   field="--semeval")

@@ -13,6 +13,10 @@ qrels file grades above 0 (clicks), deduplicated, in that order; qrels grades be
 ``queries.jsonl``/``corpus.jsonl``/``qrels/SPLIT.tsv`` or MS MARCO's ``queries.*.tsv``/``collection.tsv`` instead
 (told from --corpus when left out); --run is TREC's six columns or MS MARCO's ``qid<TAB>pid<TAB>rank``.
 
+SemEval (``--semeval DIR --out F``): pooling's BM25 step over SemEval-2016 CQA's train split alone (subtask A and C
+train questions, the train threads' comments, ``r3edge.distill.data.datasets.semeval_train_collection``); an id of
+the dev files in them is an error, so dev never becomes training data.
+
 Conversion (``--from SOURCE --out F``): a pair source in another format (Parquet, a ``datasets`` dataset,
 a BEIR or MS MARCO folder's judged pairs) written as candidate-list JSONL, the same pairs `r3edge label
 SOURCE` labels. The formats: ``r3edge.distill.data.formats``.
@@ -44,6 +48,9 @@ def configure(parser):
     demo.add_argument("--seed", type=int, default=argparse.SUPPRESS, help="random seed (0; same seed, same bytes)")
     demo.add_argument("--qid-prefix", default=argparse.SUPPRESS, help="prefix of query and document ids (ugc)")
     pool = parser.add_argument_group("pooling (with --queries Q.jsonl --corpus C.jsonl)")
+    pool.add_argument("--semeval", default=argparse.SUPPRESS, metavar="DIR",
+                      help="pool SemEval-2016 CQA's train split in DIR (semeval2016-cqa): subtask A and C train questions "
+                           "over the train threads' comments; an id of the dev files is an error")
     pool.add_argument("--corpus", default=argparse.SUPPRESS,
                       help="corpus JSONL: {docid, text, title?, meta?} per line; or BEIR's corpus.jsonl, MS MARCO's "
                            "collection.tsv (--format)")
@@ -67,11 +74,11 @@ def run(args) -> int:
     from r3edge.core.errors import InvalidInput
 
     # Options left out are absent (their defaults depend on the mode); None marks them from here on.
-    for name in ("queries", "corpus", "run", "qrels", "source", "format", "split", *DEMO_DEFAULTS, *POOL_DEFAULTS):
+    for name in ("queries", "corpus", "semeval", "run", "qrels", "source", "format", "split", *DEMO_DEFAULTS, *POOL_DEFAULTS):
         if not hasattr(args, name):
             setattr(args, name, None)
 
-    pool_flags = _given(args, ["corpus", *POOL_DEFAULTS, "run", "qrels"])
+    pool_flags = _given(args, ["corpus", "semeval", *POOL_DEFAULTS, "run", "qrels"])
     queries_is_count = args.queries is None or args.queries.strip().lstrip("-").isdigit()
     if args.source is not None:
         others = pool_flags + _given(args, DEMO_DEFAULTS) + (["--queries"] if args.queries is not None else [])
@@ -79,6 +86,12 @@ def run(args) -> int:
             raise InvalidInput(f"--from converts a pair source; {', '.join(others)} belong to pooling or the demo",
                                f"drop {', '.join(others)}, or drop --from", field=others[0])
         return _convert(args)
+    if args.semeval is not None:
+        others = _given(args, ["queries", "corpus", "run", "run_k", "qrels", "format", "split", *DEMO_DEFAULTS])
+        if others:
+            raise InvalidInput(f"--semeval pools SemEval's train questions over its train comments; {', '.join(others)} "
+                               "name other inputs", f"drop {', '.join(others)}, or drop --semeval", field=others[0])
+        return _pool(args)
     if args.split is not None:
         raise InvalidInput("--split picks a split of a --from source", "add --from SOURCE, or drop --split (pooling reads "
                            "the files --queries, --corpus and --qrels name)", field="--split")
@@ -138,7 +151,7 @@ def _convert(args) -> int:
 def _pool(args) -> int:
     from r3edge.core.errors import InvalidInput
     from r3edge.core.pairs import write_queries
-    from r3edge.distill.data.formats import detect_pool_format, read_collection
+    from r3edge.distill.data.formats import Collection, detect_pool_format, read_collection
     from r3edge.distill.data.pooling import BM25Index, pool
 
     for name, default in POOL_DEFAULTS.items():
@@ -152,8 +165,16 @@ def _pool(args) -> int:
         raise InvalidInput("--bm25-k 0 without --run or --qrels pools nothing", "raise --bm25-k or add --run / --qrels",
                            field="--bm25-k")
     none = lambda v: None if v.lower() in ("none", "") else v
-    fmt = args.format or detect_pool_format(args.corpus)
-    coll = read_collection(fmt, args.queries, args.corpus, run_path=args.run, qrels_path=args.qrels)
+    if args.semeval is not None:
+        from r3edge.distill.data.datasets import semeval_train_collection
+
+        train = semeval_train_collection(args.semeval)
+        print("semeval train: " + ", ".join(f"{n} {k.replace('_', ' ')}" for k, n in train.left_out.items())
+              + f" left out; pooling {len(train.queries)} questions over {len(train.docs)} comments")
+        coll = Collection(train.queries, train.docs)
+    else:
+        fmt = args.format or detect_pool_format(args.corpus)
+        coll = read_collection(fmt, args.queries, args.corpus, run_path=args.run, qrels_path=args.qrels)
     index = BM25Index(coll.docs, stemmer=none(args.stemmer), stopwords=none(args.stopwords))
     queries, stats = pool(coll.queries, coll.docs, index, bm25_k=args.bm25_k, run=coll.run, run_k=args.run_k,
                           qrels=coll.qrels, aux_k=args.aux_k)
