@@ -275,7 +275,7 @@ def test_sft_loss_is_the_causal_lm_loss_on_the_masked_labels(tmp_path):
     assert all(chunk["prefix"] + s == ids for s, (ids, _) in zip(chunk["input_ids"], examples))
     batch = SFTCollator(tok.pad_token_id)([chunk])
     trainer = SFTTrainer(model=lm, args=TrainingArguments(output_dir=str(tmp_path), use_cpu=True, report_to=[]))
-    ours = trainer.compute_loss(lm, batch)
+    ours = trainer.compute_loss(trainer.model, batch)  # the Trainer runs the LM through SharedPrefixStep
     ours.backward()
     grads = [w.grad.clone() for w in lm.parameters()]
     lm.zero_grad()

@@ -7,10 +7,15 @@ n-label head), the same graph that export traces and the server runs, so what is
 exactly what is served. Inputs are
 formatted only by the :class:`~r3edge.core.scoring.Scorer` fixed when the student is created, and that
 scorer is saved with the weights.
+
+Under ``accelerate launch`` every process reads the labels and builds the same student (same seed);
+the data loader gives each its share of every step (:mod:`r3edge.distill.hf_trainer`), and the main
+process alone prints and saves.
 """
 
 from __future__ import annotations
 
+import io
 import json
 import math
 import platform
@@ -23,14 +28,22 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from datasets import Dataset
-from transformers import Trainer, TrainerCallback, set_seed
+from transformers import TrainerCallback, set_seed
 
 from r3edge.core.config import StudentConfig, TrainParams, load_yaml
 from r3edge.core.errors import InvalidInput
 from r3edge.core.labels import read_labels, read_manifest
 from r3edge.core.progress import Progress
 from r3edge.core.scoring import Encoded, Scorer
-from r3edge.distill.hf_trainer import FiniteSteps, ProgressCallback, TimeBudget, training_arguments
+from r3edge.distill.hf_trainer import (
+    FiniteSteps,
+    GlobalBatchTrainer,
+    ProgressCallback,
+    TimeBudget,
+    main_process_log,
+    process_state,
+    training_arguments,
+)
 from r3edge.distill.student.losses import expected_scores, listwise_kl, margin_mse
 from r3edge.model.loading import native_bf16
 from r3edge.model.student import create_student, save_student, scoring_module
@@ -93,7 +106,7 @@ class QueryGroupSampler(torch.utils.data.Sampler):
             yield from chunks[k]
 
 
-class DistillTrainer(Trainer):
+class DistillTrainer(GlobalBatchTrainer):
     """A Trainer whose loss is :func:`distillation_loss` with the config's weights (``params``), and
     whose batches are whole-query groups when ``params.query_group_size`` is set."""
 
@@ -206,7 +219,9 @@ def fit_cosine_head(graph: torch.nn.Module, collator: DistillCollator, dataset: 
     cos = torch.empty(len(rows), 1)
     was_training = graph.training
     graph.eval()
-    bar = Progress(len(rows), "train: cosines for the head (encoder frozen)", every_s=10.0)
+    main = process_state().is_main_process  # every process fits the same head on every pair; the main one says so
+    bar = Progress(len(rows), "train: cosines for the head (encoder frozen)", every_s=10.0,
+                   stream=None if main else io.StringIO())
     with torch.no_grad():
         for start in range(0, len(order), 64):
             idx = order[start : start + 64]
@@ -231,8 +246,9 @@ def fit_cosine_head(graph: torch.nn.Module, collator: DistillCollator, dataset: 
     opt.step(closure)
     with torch.no_grad():
         after = float(logits_loss(head(cos), inputs, **settings))
-    print(f"train: cosine head fitted on {len(rows)} pairs with the encoder frozen: loss {before:.4f} -> {after:.4f}",
-          flush=True)
+    if main:
+        print(f"train: cosine head fitted on {len(rows)} pairs with the encoder frozen: loss {before:.4f} -> {after:.4f}",
+              flush=True)
     return {"pairs": len(rows), "loss_before": before, "loss_after": after,
             "weight": head.weight.detach().squeeze(-1).tolist(), "bias": head.bias.detach().tolist()}
 
@@ -368,6 +384,9 @@ def train_student(
         "skipped_steps": fit.skipped_steps,
         "stopped_by_time_at_step": fit.stopped_by_time_at,
         "batch_size": tp.batch_size,
+        "processes": fit.processes,
+        "per_device_batch_size": fit.per_device_batch_size,
+        "per_device_gradient_accumulation_steps": fit.per_device_accumulation,
         "bf16": bf16,
         "device": "cuda" if torch.cuda.is_available() else f"cpu ({torch.get_num_threads()} threads)",
         "loss_first": fit.losses[0][1] if fit.losses else None,
@@ -379,6 +398,8 @@ def train_student(
         "scorer_fingerprint": scorer.spec.fingerprint(),
         "versions": {"torch": torch.__version__, "python": platform.python_version()},
     }
+    if not process_state().is_main_process:  # the main process saves; the others' weights are the same
+        return Path(out_dir)
     out = _save_and_evaluate(lm, scorer, out_dir, report, eval_labels_dir)
     print(
         f"trained {len(dataset)} pairs, {report['steps']} steps in {fit.wall:.1f} s "
@@ -419,8 +440,8 @@ def _trainable_records(table, labels_dir: Path, drop_unformatted: bool) -> tuple
     has_label = np.asarray([p is not None for p in table.column("probs").to_pylist()], dtype=bool)
     n_no_label = int((~has_label).sum())
     if n_no_label:
-        print(f"train: {n_no_label} of {table.num_rows} records have no teacher distribution "
-              "(no parsable sample); dropped", flush=True)
+        main_process_log()(f"train: {n_no_label} of {table.num_rows} records have no teacher distribution "
+                           "(no parsable sample); dropped", flush=True)
         table = table.filter(has_label)
     if table.num_rows == 0:
         raise InvalidInput(
@@ -462,6 +483,9 @@ class _Fit:
     best_epoch: float | None
     skipped_steps: list[int]
     stopped_by_time_at: int | None
+    processes: int
+    per_device_batch_size: int
+    per_device_accumulation: int
 
 
 def _fit(model: torch.nn.Module, scorer: Scorer, tp: TrainParams, dataset: Dataset, eval_set: Dataset | None, *,
@@ -476,7 +500,7 @@ def _fit(model: torch.nn.Module, scorer: Scorer, tp: TrainParams, dataset: Datas
             # the loss on held-out queries after every epoch (label_names: the loss needs the teacher's probs)
             extra = dict(eval_strategy="epoch", label_names=["teacher_probs"])
             callbacks.append(best)
-        args = training_arguments(scratch, tp, bf16=bf16, max_steps=max_steps, **extra)
+        args = training_arguments(scratch, tp, bf16=bf16, max_steps=max_steps, batch_unit=tp.query_group_size or 1, **extra)
         trainer = DistillTrainer(model=model, args=args, train_dataset=dataset, eval_dataset=eval_set,
                                  data_collator=DistillCollator(scorer), callbacks=callbacks)
         trainer.params, trainer.label_values, trainer.finite = tp, scorer.spec.label_values, finite
@@ -488,7 +512,8 @@ def _fit(model: torch.nn.Module, scorer: Scorer, tp: TrainParams, dataset: Datas
     best.restore()
     return _Fit(epochs=float(trainer.state.epoch or 0.0), steps=int(trainer.state.global_step), losses=losses, evals=evals,
                 train_loss_mean=float(result.training_loss), wall=wall, best_loss=best.loss, best_epoch=best.epoch,
-                skipped_steps=finite.skipped, stopped_by_time_at=clock.stopped_at)
+                skipped_steps=finite.skipped, stopped_by_time_at=clock.stopped_at, processes=args.world_size,
+                per_device_batch_size=args.per_device_train_batch_size, per_device_accumulation=args.gradient_accumulation_steps)
 
 
 def _save_and_evaluate(lm, scorer: Scorer, out_dir: str | Path, report: dict, eval_labels_dir: str | Path | None) -> Path:

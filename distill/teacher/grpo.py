@@ -25,8 +25,11 @@ end of the turn (labelling reads a read-out judge's score at ``<score>``; here t
 
 The output is a plain HF directory (fp32 master weights saved in the base's dtype, tokenizer with
 its chat template, ``grpo_report.json``) written atomically, which labelling loads unchanged
-(``r3edge label --teacher CFG --teacher-model DIR``). Multi-GPU: launch with ``accelerate launch``
-as for ``r3edge train``; TRL shards the prompts by process.
+(``r3edge label --teacher CFG --teacher-model DIR``). Several GPUs: ``accelerate launch --multi_gpu
+--num_processes N -m r3edge teacher grpo ...``; TRL deals the prompts out to the processes, and
+``train.prompts_per_step`` is per process (TRL's per-device batch), so N processes take N times the
+prompts of a step. The main process alone prints and saves. No multi-process GRPO run has been made in
+this repository (``r3edge train`` and ``teacher sft`` are tested with two processes on CPU).
 """
 
 from __future__ import annotations
@@ -49,7 +52,7 @@ from datasets import Dataset
 from r3edge.core.config import TeacherConfig, TeacherGRPOConfig, load_yaml
 from r3edge.core.errors import InvalidInput, MissingDependency, require
 from r3edge.core.pairs import read_queries
-from r3edge.distill.hf_trainer import ProgressCallback
+from r3edge.distill.hf_trainer import ProgressCallback, main_process_log, process_state
 from r3edge.distill.label.driver import file_sha256, intent_prompt, load_teacher_config, pair_context, verdict_tail
 from r3edge.distill.label.judges import get_judge
 from r3edge.distill.teacher.rewards import Prompt, R3AReward, RetroReward
@@ -320,6 +323,7 @@ def teacher_grpo(config: str | Path | TeacherGRPOConfig, out_dir: str | Path, *,
     after training: a fixed set, unlike the training batches. Returns ``out_dir``.
     """
     cfg = load_grpo_config(config)
+    log = main_process_log(log)
     with tempfile.TemporaryDirectory(prefix="r3edge-grpo-") as scratch:
         run = grpo_trainer(cfg, scratch, pairs=pairs, model=model, max_steps=max_steps, eval_pairs=eval_pairs, log=log)
         trainer, teacher, judge = run.trainer, run.teacher, run.judge
@@ -359,6 +363,8 @@ def teacher_grpo(config: str | Path | TeacherGRPOConfig, out_dir: str | Path, *,
         "seconds_per_step": round(wall / max(1, steps), 3),
         "versions": {"torch": torch.__version__, "python": platform.python_version(), "trl": _version("trl")},
     }
+    if not process_state().is_main_process:  # the main process saves; the others' weights are the same
+        return Path(out_dir)
     out = save_hf_model(lm.to(torch_dtype(teacher.model.dtype)), trainer.processing_class, out_dir,
                         extra_files={REPORT_FILE: json.dumps(report, indent=2) + "\n"})
     log(f"grpo: {steps} steps in {wall:.1f} s ({report['seconds_per_step']} s/step); mean reward "

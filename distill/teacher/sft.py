@@ -31,6 +31,11 @@ Full fine-tuning or LoRA (peft, merged before saving); bf16 autocast where confi
 master weights; the output is a plain HF directory (safetensors, tokenizer with its chat template,
 generation config that stops at the end of a turn, ``sft_report.json``) written atomically, which
 both labelling backends load (``r3edge label --teacher CFG --teacher-model DIR``).
+
+Under ``accelerate launch`` a micro-batch is one chunk per process, so the config's
+``gradient_accumulation_steps`` chunks of a step are dealt out over the processes (it must be a multiple
+of their number; :func:`~r3edge.distill.hf_trainer.per_device_batches`), the loss is normalised by the
+labelled tokens of the whole step on every process, and the main process alone prints and saves.
 """
 
 from __future__ import annotations
@@ -48,13 +53,21 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 from datasets import Dataset
-from transformers import Trainer, set_seed
+from transformers import set_seed
 
 from r3edge.core.config import ModelSpec, SFTConfig, SFTParams, TeacherConfig, load_yaml
 from r3edge.core.errors import InvalidInput
 from r3edge.core.pairs import read_queries
 from r3edge.core.sequences import common_prefix_length
-from r3edge.distill.hf_trainer import FiniteSteps, ProgressCallback, TimeBudget, training_arguments
+from r3edge.distill.hf_trainer import (
+    FiniteSteps,
+    GlobalBatchTrainer,
+    ProgressCallback,
+    TimeBudget,
+    main_process_log,
+    process_state,
+    training_arguments,
+)
 from r3edge.distill.label.driver import file_sha256, load_teacher_config
 from r3edge.distill.label.judges import get_judge
 from r3edge.distill.teacher.traces import Trace, gold_traces, label_traces, select
@@ -154,7 +167,7 @@ def shared_prefix_chunks(examples: Sequence[tuple[list[int], list[int]]], keys: 
     ``key`` (query and round) are cut into chunks of at most ``size``; a chunk's prefix is the
     longest run of tokens all its rows start with, stopped before the first labelled position
     (and one earlier, so every suffix starts with a context token). The loss and the gradients are
-    those of the unshared batch (:class:`SFTTrainer` runs the prefix once and broadcasts its
+    those of the unshared batch (:class:`SharedPrefixStep` runs the prefix once and broadcasts its
     key/value cache): the causal model computes the same prefix for each row anyway.
     """
     groups: dict = {}
@@ -194,42 +207,72 @@ class SFTCollator:
                 "attention_mask": torch.tensor(mask), "labels": torch.tensor(labels)}
 
 
-class SFTTrainer(Trainer):
-    """Causal-LM cross-entropy on the labelled (assistant) positions only.
+class SharedPrefixStep(torch.nn.Module):
+    """The model the Trainer runs (and wraps in DDP across processes): one step of :class:`SFTCollator`'s
+    batch through ``lm``, returning the logits at the labelled positions and their target ids.
 
     The shared prefix of a step runs once (batch 1) and its key/value cache is repeated for every
     row, with gradients flowing back through it; the rows then run only their own suffix. The
     vocabulary projection runs only where a label is, not over the whole prompt: prompts are
-    most of a trace, and the projection is most of a small model's cost.
+    most of a trace, and the projection is most of a small model's cost. It is a module's forward,
+    not code in the loss, because DDP averages the gradients of what runs through its forward only.
+    """
+
+    #: the Trainer counts ``num_items_in_batch`` (over every process) from the labels, over ``labels[..., 1:]``
+    #: as the loss reads them, and the loss divides by it
+    accepts_loss_kwargs = True
+    loss_type = "ForCausalLM"
+
+    def __init__(self, lm):
+        super().__init__()
+        self.lm = lm
+
+    def forward(self, input_ids, attention_mask, labels, prefix_ids=None):
+        lm = self.lm.get_base_model() if hasattr(self.lm, "get_base_model") else self.lm
+        decoder = lm.get_decoder()
+        targets = labels[:, 1:]
+        sel = targets != IGNORE
+        p = 0 if prefix_ids is None else prefix_ids.shape[1]
+        if p:
+            cache = decoder(input_ids=prefix_ids, use_cache=True).past_key_values
+            cache.batch_repeat_interleave(input_ids.shape[0])
+            full_mask = torch.cat([attention_mask.new_ones(input_ids.shape[0], p), attention_mask], dim=1)
+            pos = torch.arange(p, p + input_ids.shape[1], device=input_ids.device).expand(input_ids.shape[0], -1)
+            hidden = decoder(input_ids=input_ids, attention_mask=full_mask, position_ids=pos, past_key_values=cache,
+                             use_cache=True).last_hidden_state
+        else:
+            hidden = decoder(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).last_hidden_state
+        return lm.get_output_embeddings()(hidden[:, :-1][sel]), targets[sel]
+
+
+class SFTTrainer(GlobalBatchTrainer):
+    """Causal-LM cross-entropy on the labelled (assistant) positions only, run through
+    :class:`SharedPrefixStep` (the Trainer's ``model``; pass the language model itself).
+
+    The loss is the sum over the step's labelled tokens divided by their count over the whole step (every
+    micro-batch of every process: the Trainer's ``num_items_in_batch``), times the number of processes,
+    which DDP's gradient average divides back out.
     """
 
     tokens_seen = 0
     finite = FiniteSteps()
 
+    def __init__(self, model, **kwargs):
+        super().__init__(model=SharedPrefixStep(model), **kwargs)
+
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-        lm = model.get_base_model() if hasattr(model, "get_base_model") else model
-        decoder = lm.get_decoder()
-        ids, mask, prefix = inputs["input_ids"], inputs["attention_mask"], inputs.get("prefix_ids")
-        targets = inputs["labels"][:, 1:]
-        sel = targets != IGNORE
-        p = 0 if prefix is None else prefix.shape[1]
-        # accelerate puts bf16 autocast around model.forward only, and the submodules are called directly
+        # accelerate puts bf16 autocast around the top module's forward only where it wraps it; say it here
         with self.accelerator.autocast():
-            if p:
-                cache = decoder(input_ids=prefix, use_cache=True).past_key_values
-                cache.batch_repeat_interleave(ids.shape[0])
-                full_mask = torch.cat([mask.new_ones(ids.shape[0], p), mask], dim=1)
-                pos = torch.arange(p, p + ids.shape[1], device=ids.device).expand(ids.shape[0], -1)
-                hidden = decoder(input_ids=ids, attention_mask=full_mask, position_ids=pos, past_key_values=cache,
-                                 use_cache=True).last_hidden_state
-            else:
-                hidden = decoder(input_ids=ids, attention_mask=mask, use_cache=False).last_hidden_state
-            logits = lm.get_output_embeddings()(hidden[:, :-1][sel])
+            logits, targets = model(inputs["input_ids"], inputs["attention_mask"], inputs["labels"], inputs.get("prefix_ids"))
         logits = logits.float()
-        total = F.cross_entropy(logits, targets[sel], reduction="sum")
-        n = torch.as_tensor(num_items_in_batch if num_items_in_batch is not None else sel.sum())
-        self.tokens_seen += p + int(mask.sum())
-        loss = self.finite.loss(total / n.to(total.device).clamp(min=1), self.state.global_step)
+        total = F.cross_entropy(logits, targets, reduction="sum")
+        n = torch.as_tensor(num_items_in_batch if num_items_in_batch is not None else targets.numel())
+        prefix = inputs.get("prefix_ids")
+        self.tokens_seen += (0 if prefix is None else prefix.shape[1]) + int(inputs["attention_mask"].sum())
+        loss = total / n.to(total.device).clamp(min=1)
+        if num_items_in_batch is not None and self.args.average_tokens_across_devices:
+            loss = loss * self.accelerator.num_processes  # n counts every process's tokens; DDP averages the gradients
+        loss = self.finite.loss(loss, self.state.global_step)
         return (loss, logits) if return_outputs else loss
 
 
@@ -295,6 +338,7 @@ def teacher_sft(config: str | Path | SFTConfig, out_dir: str | Path, *, gold: st
     from and source (a) rebuilds the stronger judge's conversations. Returns ``out_dir``.
     """
     cfg = load_sft_config(config)
+    log = main_process_log(log)
     if max_examples is not None and max_examples < 1:
         raise InvalidInput(f"--max-examples {max_examples} must be at least 1", "omit it to train on every trace")
     if max_steps is not None and max_steps < 1:
@@ -353,6 +397,8 @@ def teacher_sft(config: str | Path | SFTConfig, out_dir: str | Path, *, gold: st
         "trainable_parameters": n_trainable,
         "bf16": bf16,
         "device": "cuda" if torch.cuda.is_available() else f"cpu ({torch.get_num_threads()} threads)",
+        "processes": fit.processes,
+        "per_device_gradient_accumulation_steps": fit.per_device_accumulation,
         "epochs": fit.epochs,
         "steps": fit.steps,
         "skipped_steps": fit.skipped_steps,
@@ -366,6 +412,8 @@ def teacher_sft(config: str | Path | SFTConfig, out_dir: str | Path, *, gold: st
         "tokens_per_s": round(fit.tokens_seen / max(fit.wall, 1e-9), 1),
         "versions": {"torch": torch.__version__, "python": platform.python_version()},
     }
+    if not process_state().is_main_process:  # the main process saves; the others' weights are the same
+        return Path(out_dir)
     out = _save(lm, tokenizer, spec, out_dir, report)
     log(f"sft: {report['examples']} examples, {fit.steps} steps in {fit.wall:.1f} s ({report['seconds_per_step']} s/step, "
         f"{report['tokens_per_s']:.0f} tok/s); loss {_fmt(report['loss_first'])} -> {_fmt(report['loss_last'])}; saved {out}")
@@ -467,6 +515,8 @@ class _Fit:
     tokens_seen: int
     skipped_steps: list[int]
     stopped_by_time_at: int | None
+    processes: int
+    per_device_accumulation: int
 
 
 def _fit(model, tokenizer, chunks: list[dict], tp: SFTParams, *, bf16: bool, epochs: float | None,
@@ -475,9 +525,9 @@ def _fit(model, tokenizer, chunks: list[dict], tp: SFTParams, *, bf16: bool, epo
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     dataset = Dataset.from_list(chunks)
     with tempfile.TemporaryDirectory(prefix="r3edge-sft-") as scratch:
-        # a step is one chunk of up to train.batch_size examples sharing a prefix
+        # a micro-batch is one chunk of up to train.batch_size examples sharing a prefix
         args = training_arguments(scratch, tp.model_copy(update={"batch_size": 1}), bf16=bf16, epochs=epochs, max_steps=max_steps,
-                                  lr_scheduler_type=tp.lr_scheduler)
+                                  batch_field=None, lr_scheduler_type=tp.lr_scheduler)
         progress, finite, clock = ProgressCallback("sft"), FiniteSteps(tp.max_skipped_steps), TimeBudget(tp.max_seconds)
         trainer = SFTTrainer(model=model, args=args, train_dataset=dataset, data_collator=SFTCollator(pad),
                              callbacks=[progress, finite, clock])
@@ -489,7 +539,8 @@ def _fit(model, tokenizer, chunks: list[dict], tp: SFTParams, *, bf16: bool, epo
         losses = [(h["step"], h["loss"]) for h in trainer.state.log_history if "loss" in h]
     return _Fit(epochs=float(trainer.state.epoch or 0.0), steps=int(trainer.state.global_step), losses=losses,
                 train_loss_mean=float(result.training_loss), wall=wall, tokens_seen=trainer.tokens_seen,
-                skipped_steps=finite.skipped, stopped_by_time_at=clock.stopped_at)
+                skipped_steps=finite.skipped, stopped_by_time_at=clock.stopped_at, processes=args.world_size,
+                per_device_accumulation=args.gradient_accumulation_steps)
 
 
 def _save(lm, tokenizer, spec: ModelSpec, out_dir: str | Path, report: dict) -> Path:

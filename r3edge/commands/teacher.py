@@ -10,6 +10,10 @@ and the labels, not reasoning. The result is a plain HF directory that labels wi
     r3edge label PAIRS --teacher r3a-smollm2 --teacher-model DIR --out LABELS
 
 (or `--backend openai` against a vLLM serving DIR).
+
+Several GPUs: `accelerate launch --multi_gpu --num_processes N -m r3edge teacher sft ...` (the config's
+gradient_accumulation_steps a multiple of N) takes the steps one process takes; `teacher grpo` launches
+the same way, untested here (docs/distillation.md, "Several GPUs").
 """
 
 from __future__ import annotations

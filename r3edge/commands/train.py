@@ -3,6 +3,10 @@
 Reads a complete labels directory (an unfinished `r3edge label` run is refused), creates the student
 from its config (pretrained weights or a random init), fixes its scorer.json, trains with the
 transformers Trainer and writes weights + scorer.json + tokenizer.json + train_report.json.
+
+Several GPUs: `accelerate launch --multi_gpu --num_processes N -m r3edge train ...` takes the optimiser
+steps one process takes (the config's batch_size x gradient_accumulation_steps is the global batch);
+docs/distillation.md, "Several GPUs".
 """
 
 from __future__ import annotations
