@@ -19,6 +19,9 @@ Two steps, each its own subcommand:
   Then the tests that skip without a GPU (run.sh runs pytest), then a causal student of the Qwen2.5-1.5B shape
   (random weights: the packaged GGUF is ~1.1 GB and cannot travel) served at fp16 against torch bf16 in process.
 
+This folder has no ``__init__.py``: it is a script run from the working tree, outside the ``r3edge.benchmarks``
+package, whose processes never import torch (its in-process peers here do).
+
 Every part writes ``results.json`` and ``report.md`` into ``--out`` as soon as it ends; ``--budget-s`` skips the
 parts that would start after it (they are recorded as not run). ``--smoke`` runs every code path on this CPU with
 tiny random models and ``--device cpu`` in under three minutes: a proof of the script, not a result.
