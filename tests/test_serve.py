@@ -511,14 +511,14 @@ def test_the_engine_reads_the_runtimes_batch_budget_unless_one_is_configured(tin
 
 
 def test_two_workers_by_default_and_never_more_than_the_cpus(tiny_artifact, monkeypatch):
-    from r3edge.serve import server
+    from r3edge.serve import loading
     from r3edge.serve.config import ServeConfig
 
     cfg = ServeConfig(artifact=str(tiny_artifact))
     for cpus, want in ((1, 1), (2, 2), (16, 2)):
-        monkeypatch.setattr(server, "usable_cores", lambda cpus=cpus: cpus)
-        assert server.workers_for(cfg) == want
-    assert server.workers_for(cfg.model_copy(update={"workers": 3})) == 3
+        monkeypatch.setattr(loading, "usable_cores", lambda cpus=cpus: cpus)
+        assert loading.workers_for(cfg) == want
+    assert loading.workers_for(cfg.model_copy(update={"workers": 3})) == 3
 
 
 def test_a_refused_request_costs_no_per_document_work(tiny_artifact):

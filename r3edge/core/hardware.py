@@ -8,11 +8,13 @@ therefore say ``dtype: auto`` and get bf16 only where it is native.
 
 from __future__ import annotations
 
+import math
 import os
 import platform
 import shutil
 import subprocess
 from functools import cache
+from pathlib import Path
 
 _BF16_FLAGS = ("avx512_bf16", "amx_bf16")
 #: The SIMD extensions that decide CPU speed here: "AMD EPYC" alone names boxes from AVX2-only
@@ -48,12 +50,34 @@ def cpu_flags() -> list[str]:
     return [f for f in SIMD_FLAGS if f in present]
 
 
-def usable_cores() -> int:
-    """CPUs this process may run on (its affinity, which containers and taskset narrow)."""
+def cgroup_cpu_limit(root: str = "/sys/fs/cgroup") -> float | None:
+    """The CPU quota of this process's cgroup in CPUs (a Kubernetes ``limits.cpu``, ``docker run --cpus``),
+    or None when unlimited. cgroup v2's ``cpu.max`` (``"200000 100000"`` = 2 CPUs, ``"max 100000"`` =
+    none), else v1's ``cpu.cfs_quota_us`` / ``cpu.cfs_period_us`` (quota -1 = none)."""
+    base = Path(root)
     try:
-        return len(os.sched_getaffinity(0))
+        quota, period = (base / "cpu.max").read_text().split()[:2]
+        return None if quota == "max" else int(quota) / int(period)
+    except (OSError, ValueError):
+        pass
+    try:
+        quota = int((base / "cpu" / "cpu.cfs_quota_us").read_text())
+        period = int((base / "cpu" / "cpu.cfs_period_us").read_text())
+        return None if quota <= 0 or period <= 0 else quota / period
+    except (OSError, ValueError):
+        return None
+
+
+def usable_cores() -> int:
+    """CPUs this process may use: its affinity (which taskset and cpusets narrow), capped by its cgroup's
+    CPU quota rounded up (a pod limited to 2 CPUs on a 64-core node must not start 64 threads: the quota
+    would throttle them)."""
+    try:
+        cores = len(os.sched_getaffinity(0))
     except AttributeError:  # not Linux
-        return os.cpu_count() or 1
+        cores = os.cpu_count() or 1
+    limit = cgroup_cpu_limit()
+    return max(1, min(cores, math.ceil(limit))) if limit else cores
 
 
 def gpus() -> list[str]:
