@@ -48,7 +48,16 @@ from typing import TextIO
 
 from r3edge.core.errors import InvalidInput, NotFound, require
 from r3edge.core.pairs import Candidate, QueryCandidates, parse_records, read_queries
-from r3edge.distill.data.pooling import Doc, Query, RunHit, read_corpus, read_qrels, read_query_file, read_run
+from r3edge.distill.data.pooling import (
+    Doc,
+    Query,
+    RunHit,
+    jsonl_objects,
+    read_corpus,
+    read_qrels,
+    read_query_file,
+    read_run,
+)
 
 #: every format, with what its path is (``--format`` choices and help)
 FORMATS: dict[str, str] = {
@@ -329,29 +338,19 @@ def _beir_jsonl(path: Path, fields: tuple[str, ...]) -> Iterator[tuple[int, str,
     """(line number, where, _id, record) per non-blank line, ids unique; ``fields`` must be strings (``_id`` may be a number)."""
     if not path.is_file():
         raise NotFound(f"{path} does not exist", "pass a BEIR folder (corpus.jsonl, queries.jsonl, qrels/)")
-    with path.open("rb") as fh:
-        for lineno, raw in enumerate(fh, start=1):
-            if not raw.strip():
-                continue
-            where = f"{path} line {lineno}"
-            try:
-                obj = json.loads(raw)
-            except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-                raise InvalidInput(f"{where}: not valid JSON ({exc})", "fix or remove that line") from exc
-            if not isinstance(obj, dict):
-                raise InvalidInput(f"{where}: expected a JSON object", "write one object per line")
-            want = ", ".join(repr(f) for f in ("_id", *fields))
-            _id = obj.get("_id")
-            if isinstance(_id, (int, float)) and not isinstance(_id, bool):
-                _id = str(_id)
-            if not isinstance(_id, str):
-                raise InvalidInput(f"{where}: field '_id' is {'missing' if _id is None else type(_id).__name__}, expected a string",
-                                   f"BEIR records need {want}")
-            for f in fields:
-                if not isinstance(obj.get(f), str):
-                    got = "missing" if obj.get(f) is None else type(obj[f]).__name__
-                    raise InvalidInput(f"{where}: field {f!r} is {got}, expected a string", f"BEIR records need {want}")
-            yield lineno, where, _id, obj
+    for lineno, where, obj in jsonl_objects(path, None):
+        want = ", ".join(repr(f) for f in ("_id", *fields))
+        _id = obj.get("_id")
+        if isinstance(_id, (int, float)) and not isinstance(_id, bool):
+            _id = str(_id)
+        if not isinstance(_id, str):
+            raise InvalidInput(f"{where}: field '_id' is {'missing' if _id is None else type(_id).__name__}, expected a string",
+                               f"BEIR records need {want}")
+        for f in fields:
+            if not isinstance(obj.get(f), str):
+                got = "missing" if obj.get(f) is None else type(obj[f]).__name__
+                raise InvalidInput(f"{where}: field {f!r} is {got}, expected a string", f"BEIR records need {want}")
+        yield lineno, where, _id, obj
 
 
 def _unique(seen: dict[str, int], key: str, lineno: int, where: str) -> None:

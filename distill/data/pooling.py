@@ -114,7 +114,7 @@ def _obj_meta(obj: dict, where: str, flag: str) -> dict | None:
     return meta
 
 
-def _jsonl(path: Path, flag: str, progress: Progress | None = None) -> Iterable[tuple[int, str, dict]]:
+def jsonl_objects(path: Path, flag: str | None, progress: Progress | None = None) -> Iterable[tuple[int, str, dict]]:
     """(line number, where, object) per non-blank line; read as bytes so progress can count them."""
     with path.open("rb") as fh:
         for lineno, raw in enumerate(fh, start=1):
@@ -137,7 +137,7 @@ def read_query_file(path: str | Path, flag: str = "--queries") -> list[Query]:
     path = _open(path, flag)
     out: dict[str, Query] = {}
     first: dict[str, int] = {}
-    for lineno, where, obj in _jsonl(path, flag):
+    for lineno, where, obj in jsonl_objects(path, flag):
         qid = _str(obj, "qid", where, flag)
         query = _str(obj, "query", where, flag)
         if not query.strip():
@@ -157,7 +157,7 @@ def read_corpus(path: str | Path, flag: str = "--corpus", progress_stream: TextI
     docs: list[Doc] = []
     seen: dict[str, int] = {}
     with Progress(path.stat().st_size, f"read {path.name} (bytes)", stream=progress_stream) as prog:
-        for lineno, where, obj in _jsonl(path, flag, prog):
+        for lineno, where, obj in jsonl_objects(path, flag, prog):
             docid = _str(obj, "docid", where, flag)
             if docid in seen:
                 raise InvalidInput(f"{where}: docid {docid!r} already on line {seen[docid]}", "keep one line per docid",
