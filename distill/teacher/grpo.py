@@ -28,8 +28,10 @@ its chat template, ``grpo_report.json``) written atomically, which labelling loa
 (``r3edge label --teacher CFG --teacher-model DIR``). Several GPUs: ``accelerate launch --multi_gpu
 --num_processes N -m r3edge teacher grpo ...``; TRL deals the prompts out to the processes, and
 ``train.prompts_per_step`` is per process (TRL's per-device batch), so N processes take N times the
-prompts of a step. The main process alone prints and saves. No multi-process GRPO run has been made in
-this repository (``r3edge train`` and ``teacher sft`` are tested with two processes on CPU).
+prompts of a step. The main process alone prints and saves. Two processes on CPU have run 2 steps of a
+tiny random teacher whose rewards were all 0 (docs/distillation.md, "Several GPUs"): the launch and the
+single writer are checked, the training is not compared with one process's (``r3edge train`` and
+``teacher sft`` are, in tests/test_multiprocess_training.py).
 """
 
 from __future__ import annotations
@@ -299,7 +301,8 @@ def grpo_trainer(cfg: TeacherGRPOConfig, scratch: str | Path, *, pairs: str | Pa
     bf16 = use_bf16(tp.bf16)
     log(f"grpo: {len(prompts)} prompts ({'pairs' if rw.kind == 'r3a' else 'couples of pairs'}), reward {rw.kind}, "
         f"judge {judge.name}{' (two rounds)' if judge.two_round else ''}, group {tp.num_generations}, "
-        f"{tp.prompts_per_step} prompts/step, lr {tp.learning_rate}, beta {tp.beta}, epsilon {tp.epsilon}, "
+        f"{_prompts_per_step(tp.prompts_per_step, process_state().num_processes)}, "
+        f"lr {tp.learning_rate}, beta {tp.beta}, epsilon {tp.epsilon}, "
         f"temperature {tp.temperature}{f', top {tp.trainable_layers} layers trained' if top else ''}, "
         f"budgets intent {intent_budget} / verdict {assess_budget} tokens; base {teacher.model.pretrained or 'random init'}")
     args = grpo_arguments(cfg, str(scratch), max_completion_length=max(intent_budget, assess_budget),
@@ -370,6 +373,12 @@ def teacher_grpo(config: str | Path | TeacherGRPOConfig, out_dir: str | Path, *,
     log(f"grpo: {steps} steps in {wall:.1f} s ({report['seconds_per_step']} s/step); mean reward "
         f"{_fmt(report['reward_first'])} -> {_fmt(report['reward_last'])}; saved {out}")
     return out
+
+
+def _prompts_per_step(per_process: int, processes: int) -> str:
+    """The prompts of a (micro-)step: TRL's per-device batch is per process, so N processes take N times it."""
+    return f"{per_process} prompts/step" if processes == 1 else \
+        f"{per_process * processes} prompts/step ({per_process} on each of {processes} processes)"
 
 
 def _trainer_class(trl):

@@ -13,7 +13,8 @@ and the labels, not reasoning. The result is a plain HF directory that labels wi
 
 Several GPUs: `accelerate launch --multi_gpu --num_processes N -m r3edge teacher sft ...` (the config's
 gradient_accumulation_steps a multiple of N) takes the steps one process takes; `teacher grpo` launches
-the same way, untested here (docs/distillation.md, "Several GPUs").
+the same way, with train.prompts_per_step per process, not compared with one process (docs/distillation.md,
+"Several GPUs").
 """
 
 from __future__ import annotations
