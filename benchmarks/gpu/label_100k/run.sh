@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# Issue 47's GPU labelling, step 2: runs ON THE GPU MACHINE, one device call per piece that prepare.sh made
+# (carry/plan.txt lists the calls; README.md explains them).
+#
+#   bash benchmarks/gpu/label_100k/run.sh take        # keep this call's carried piece (it stays while the machine is held)
+#   bash benchmarks/gpu/label_100k/run.sh cold-start  # the last piece; check, install, cold start, C dev + C train, shards
+#   bash benchmarks/gpu/label_100k/run.sh label       # the last piece (ADAPTER=... bundle); the same judge, shards left
+#   bash benchmarks/gpu/label_100k/run.sh flush       # return what the outbox still holds
+#   SMOKE=1 bash benchmarks/gpu/label_100k/run.sh cold-start|label   # here, on the CPU, after SMOKE=1 prepare.sh
+set -uo pipefail
+cd "$(dirname "$0")/../../.."
+CARRY=benchmarks/gpu/label_100k/carry
+SMOKE=${SMOKE:-0}
+BUDGET_S=${BUDGET_S:-500}
+if [ "$SMOKE" = 1 ]; then
+  PY=${PY:-.venv/bin/python}; R3=${R3_SMOKE:-/tmp/r3l-smoke}; OUT=${SMOKE_OUT:-$R3/out-$1}; FLAGS=(--smoke ${SMOKE_ARGS:-})
+else
+  PY=${PY:-python3}; R3=${R3:-/var/tmp/r3l}; FLAGS=()
+fi
+export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false R3EDGE_CACHE=$R3/cache
+
+take() {
+  mkdir -p "$R3/parts"
+  for p in "$CARRY"/part.*; do [ -f "$p" ] && cp "$p" "$R3/parts/"; done
+  cp "$CARRY/bundle.sha256" "$CARRY/pieces" "$R3/"
+  echo "pieces held: $(ls "$R3/parts" | tr '\n' ' ') of $(cat "$R3/pieces")"
+}
+
+unbundle() {  # once per machine: assemble, check, unpack, install
+  take
+  [ -f "$R3/stage/pairs.sha256" ] && return 0
+  local want have
+  want=$(cat "$R3/pieces"); have=$(ls "$R3/parts" | wc -l)
+  if [ "$have" != "$want" ]; then
+    echo "only $have of $want pieces are here: the machine was given back between calls; start again from the first call" >&2
+    exit 3
+  fi
+  cat "$R3"/parts/part.* > "$R3/bundle.tar" && rm -rf "$R3/parts"
+  (cd "$R3" && sha256sum -c bundle.sha256) || { echo "bundle sha256 mismatch: run prepare.sh again" >&2; exit 4; }
+  tar -C "$R3" -xf "$R3/bundle.tar" && rm "$R3/bundle.tar"
+  (cd "$R3/stage" && xz -d pairs-100k.jsonl.xz && sha256sum -c pairs.sha256) || exit 5
+  if [ -f "$R3/stage/gguf.bin" ]; then mkdir -p "$R3/gguf" && mv "$R3/stage/gguf.bin" "$R3/gguf/p00"; fi
+  if [ "$SMOKE" != 1 ]; then
+    "$PY" -m pip install -q --no-index --no-deps --no-compile --upgrade --target "$R3/site" "$R3"/stage/wheels/*.whl || exit 6
+    "$PY" -m pip install -q --no-index --no-deps --no-build-isolation --no-compile --upgrade --target "$R3/site" . || exit 7
+    nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
+  fi
+}
+
+[ "$SMOKE" != 1 ] && export PYTHONPATH="$R3/site"
+S=$R3/stage
+COMMON=(--work "$R3/work" --out "$OUT" --pairs "$S/pairs-100k.jsonl" --gguf-dir "$R3/gguf" --budget-s "$BUDGET_S")
+case "${1:-}" in
+  take) take ;;
+  cold-start)
+    unbundle
+    "$PY" benchmarks/gpu/label_100k/label_100k.py cold-start "${COMMON[@]}" --gold "$S/fid/sft-gold.jsonl" \
+      --also "$S/fid/dev.jsonl" "$S/fid/train.jsonl" "${FLAGS[@]}" 2>&1 | tee "$R3/cold-start.log" | grep -v "^\s*$" | tail -60 ;;
+  label)
+    unbundle
+    "$PY" benchmarks/gpu/label_100k/label_100k.py label "${COMMON[@]}" --adapter "$S/adapter" --done "$S/done.txt" "${FLAGS[@]}" 2>&1 \
+      | tee "$R3/label.log" | grep -v "^\s*$" | tail -60 ;;
+  flush) "$PY" benchmarks/gpu/label_100k/label_100k.py flush --work "$R3/work" --out "$OUT" ;;
+  *) echo "usage: run.sh take|cold-start|label|flush" >&2; exit 2 ;;
+esac
