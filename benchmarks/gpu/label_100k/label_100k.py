@@ -86,31 +86,40 @@ class Outbox:
         os.replace(tmp, self.box / name)
         return self.box / name
 
-    def ship(self) -> list[str]:
-        """Append unshipped outbox files (oldest first) to this call's bundles; returns what is still waiting."""
-        waiting = sorted((p for p in self.box.iterdir() if p.name not in self.sent and not p.name.endswith(".tmp")),
-                         key=lambda p: (p.stat().st_mtime, p.name))
-        used = sum(b.stat().st_size for b in self.bundles)
+    def ship(self, final: bool = False) -> list[str]:
+        """Append unshipped outbox files (oldest first) to this call's bundles; returns what is still waiting.
+        The adapter's pieces go only when ``final`` (the call's work is done): labels come first, and the adapter
+        is needed only by a later session.
+        Each append is tried on a copy and kept only if the bundle and the call's total stay within the limits
+        (tar pads to 10 KiB records, so sizes are measured, not estimated)."""
+        waiting = sorted((p for p in self.box.iterdir() if p.name not in self.sent and not p.name.endswith(".tmp")
+                          and (final or not p.name.startswith("adapter."))),
+                         key=lambda p: (p.name.startswith("adapter."), p.stat().st_mtime, p.name))
         for p in waiting:
-            size = p.stat().st_size + 2048
-            cur = self.bundles[-1] if self.bundles else None
-            if cur is None or cur.stat().st_size + size > BUNDLE:
-                if len(self.bundles) >= MAX_BUNDLES:
-                    break
-                cur = self.out / f"bundle-{time.strftime('%H%M%S')}-{len(self.bundles):02d}.tar"
-                self.bundles.append(cur)
-            if used + size > OUT_BYTES or size > BUNDLE:
+            targets = self.bundles[-1:] + ([None] if len(self.bundles) < MAX_BUNDLES else [])
+            if not any(self._try(p, cur) for cur in targets):
                 break
-            tmp = self.work / (cur.name + ".tmp")  # never a half-written bundle in $OUT
-            if cur.is_file():
-                shutil.copyfile(cur, tmp)
-            with tarfile.open(tmp, "a") as tar:
-                tar.add(p, arcname=p.name)
-            os.replace(tmp, cur)
-            used += size
             self.sent.add(p.name)
             self.sent_file.write_text(json.dumps(sorted(self.sent)))
         return [p.name for p in self.box.iterdir() if p.name not in self.sent and not p.name.endswith(".tmp")]
+
+    def _try(self, p: Path, cur: Path | None) -> bool:
+        new = cur is None
+        if new:
+            cur = self.out / f"bundle-{time.strftime('%H%M%S')}-{len(self.bundles):02d}.tar"
+        tmp = self.work / (cur.name + ".tmp")  # never a half-written bundle in $OUT
+        if not new:
+            shutil.copyfile(cur, tmp)
+        with tarfile.open(tmp, "a" if not new else "w") as tar:
+            tar.add(p, arcname=p.name)
+        others = sum(b.stat().st_size for b in self.bundles if b != cur)
+        if tmp.stat().st_size > BUNDLE or others + tmp.stat().st_size > OUT_BYTES:
+            tmp.unlink()
+            return False
+        os.replace(tmp, cur)
+        if new:
+            self.bundles.append(cur)
+        return True
 
 
 # --- the judge -----------------------------------------------------------------------------------------
@@ -183,9 +192,9 @@ class Run:
     def left(self) -> float:
         return self.args.budget_s - (time.time() - self.t0)
 
-    def save(self) -> None:
+    def save(self, final: bool = False) -> None:
         self.run["calls"][-1]["elapsed_s"] = round(time.time() - self.t0, 1)
-        self.run["waiting"] = self.box.ship()
+        self.run["waiting"] = self.box.ship(final)
         text = json.dumps(self.run, indent=2) + "\n"
         (self.work / "run.json").write_text(text)
         (self.out / "run.json").write_text(text)
@@ -257,7 +266,7 @@ def cold_start(args) -> int:
         r.box.put_tar(r.work / "labels" / pairs.stem, f"labels-{pairs.stem}.tar")
         r.save()
     r.shards(judge)
-    r.save()
+    r.save(final=True)
     return 0
 
 
@@ -269,7 +278,7 @@ def split_adapter(adapter: Path, box: Outbox) -> None:
     (adapter.parent / "adapter.sha256").write_text(f"{_sha256(tar)}  adapter.tar\n")
     with tar.open("rb") as fh:
         k = 0
-        while block := fh.read(BUNDLE - 4096):
+        while block := fh.read(BUNDLE - 65536):  # a piece and its tar header fit one bundle
             piece = adapter.parent / f"adapter.tar.{k:02d}"
             piece.write_bytes(block)
             box.put(piece)
@@ -304,13 +313,13 @@ def label(args) -> int:
         r.run["steps"]["rebuild_judge"] = {"wall_s": round(time.time() - t0, 1), "judge_sha256": weights_sha256(judge)}
         r.save()
     r.shards(judge)
-    r.save()
+    r.save(final=True)
     return 0
 
 
 def flush(args) -> int:
     r = Run(args)
-    r.save()
+    r.save(final=True)
     return 0
 
 

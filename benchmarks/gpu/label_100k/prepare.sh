@@ -62,7 +62,7 @@ fi
 tar -C "$CARRY" -cf "$CARRY/bundle.tar" stage
 rm -rf "$STAGE"
 # Each call carries the working tree too (64 MiB in all): a piece is what is left, less 4 MiB of margin.
-tree=$(git ls-files -co --exclude-standard -z | xargs -0 stat -c %s 2>/dev/null | awk '{s+=$1} END {print s+0}')
+tree=$(git ls-files -co --exclude-standard -z | { xargs -0 stat -c %s 2>/dev/null || true; } | awk '{s+=$1} END {print s+0}')
 piece=$(( 64 * 1048576 - tree - 4 * 1048576 ))
 [ "$piece" -gt 8388608 ] || { echo "the working tree ($tree bytes) leaves no room for pieces" >&2; exit 1; }
 split -b "$piece" -d -a 2 "$CARRY/bundle.tar" "$CARRY/part."

@@ -1,0 +1,70 @@
+"""benchmarks/gpu/label_100k's outbox: what one device call returns stays within the call's limits (at most 8 files,
+16 MiB each, 64 MiB in all) and what does not fit is shipped by the next call, each file once."""
+
+from __future__ import annotations
+
+import importlib.util
+import tarfile
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "gpu" / "label_100k" / "label_100k.py"
+
+
+@pytest.fixture
+def mod(monkeypatch):
+    spec = importlib.util.spec_from_file_location("label_100k", SCRIPT)
+    m = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(m)
+    # the real limits scaled down 1,000 times: bundles of ~15 KiB, 60 KiB per call
+    monkeypatch.setattr(m, "BUNDLE", 15 * 1024)
+    monkeypatch.setattr(m, "OUT_BYTES", 60 * 1024)
+    return m
+
+
+def _shipped(out: Path) -> list[str]:
+    names = []
+    for b in sorted(out.glob("bundle-*.tar")):
+        with tarfile.open(b) as t:
+            names += t.getnames()
+    return names
+
+
+def test_outbox_ships_within_a_calls_limits_and_the_rest_next_call(mod, tmp_path):
+    work, out1, out2 = tmp_path / "work", tmp_path / "out1", tmp_path / "out2"
+    box = mod.Outbox(work, out1)
+    src = tmp_path / "src"
+    src.mkdir()
+    for i in range(12):  # 12 files of 6 KiB: 72 KiB, over one call's 60 KiB
+        f = src / f"labels-shard-{i:02d}.tar"
+        f.write_bytes(bytes([i]) * 6144)
+        box.put(f)
+    waiting = box.ship()
+    bundles = sorted(out1.glob("bundle-*.tar"))
+    assert len(bundles) <= mod.MAX_BUNDLES and all(b.stat().st_size <= mod.BUNDLE for b in bundles)
+    assert sum(b.stat().st_size for b in bundles) <= mod.OUT_BYTES
+    first = _shipped(out1)
+    assert waiting and sorted(first + waiting) == sorted(f"labels-shard-{i:02d}.tar" for i in range(12))
+    assert not list(out1.glob("*.tmp"))
+    # the next call (a fresh $OUT, the same machine): only what was waiting, each once
+    assert mod.Outbox(work, out2).ship() == []
+    second = _shipped(out2)
+    assert sorted(second) == sorted(waiting) and not set(first) & set(second)
+    with tarfile.open(sorted(out2.glob("bundle-*.tar"))[0]) as t:
+        name = t.getnames()[0]
+        assert t.extractfile(name).read() == (src / name).read_bytes()
+
+
+def test_the_adapter_waits_for_the_calls_end_and_labels_go_first(mod, tmp_path):
+    work, out = tmp_path / "work", tmp_path / "out"
+    box = mod.Outbox(work, out)
+    src = tmp_path / "src"
+    src.mkdir()
+    for name in ("adapter.tar.00", "adapter.tar.01", "labels-dev.tar"):
+        (src / name).write_bytes(b"x" * 4096)
+        box.put(src / name)
+    assert sorted(box.ship()) == ["adapter.tar.00", "adapter.tar.01"]  # mid-call: labels only
+    assert _shipped(out) == ["labels-dev.tar"]
+    assert box.ship(final=True) == []
+    assert _shipped(out) == ["labels-dev.tar", "adapter.tar.00", "adapter.tar.01"]
