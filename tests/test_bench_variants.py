@@ -107,3 +107,8 @@ def test_recommend_variant_picks_the_fastest_that_passes_fidelity():
     assert recommend_variant({"a": {**ok, "p50_ms": 7.0}, "b": {**ok, "p50_ms": 7.0}}) == "a"  # a tie: the first listed
     assert recommend_variant({"ov-int8": rows["ov-int8"]}) is None  # none passes: no recommendation
     assert recommend_variant({}) is None
+    # no top 10 to compare (the export's calibration requests of <= 10 candidates): batch invariance still holds
+    unmeasured = {v: {**r, "top10_overlap": None} for v, r in rows.items()}
+    assert recommend_variant(unmeasured) is None
+    assert recommend_variant(unmeasured, overlap_measured=False) == "ov-fp32@bf16"
+    assert fidelity_failures(unmeasured["int8-dynamic"], overlap_measured=False) == ["batch invariance 0.01 > 0.001"]

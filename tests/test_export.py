@@ -66,7 +66,9 @@ def test_artifact_layout_manifest_and_report(artifact):
     assert set(rows) == set(manifest["variants"]) and manifest["default"] == report["default_variant"]["chosen"]
     passing = {n: r["p50_ms"] for n, r in rows.items() if not r["fidelity_failures"]}
     assert manifest["default"] in passing and passing[manifest["default"]] == min(passing.values())
-    assert manifest["default_reason"].startswith("fastest variant that kept fp32's top 10")
+    # the calibration requests have 4 and 3 candidates: no top 10 to compare, the reason says which gates held
+    assert all(r["top10_overlap"] is None for r in rows.values())
+    assert manifest["default_reason"].startswith("fastest variant that passed the export's parity gates")
     assert f"{manifest['default']} {rows[manifest['default']]['p50_ms']:.1f} ms" in manifest["default_reason"]
     fp32 = report["variants"]["fp32"]
     assert fp32["max_abs_logit_diff"] <= 1e-4 and fp32["argmax_agreement"] == 1.0

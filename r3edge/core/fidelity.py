@@ -51,11 +51,13 @@ def batch_invariance(scorer: Scorer, run, queries: Sequence[str], docs: Sequence
 
 
 def fidelity_failures(row: Mapping[str, Any], *, min_overlap: float = MIN_TOP10_OVERLAP,
-                      batch_tol: float = Tolerances().quant_batch_tol) -> list[str]:
+                      batch_tol: float = Tolerances().quant_batch_tol, overlap_measured: bool = True) -> list[str]:
     """Why a variant's measured row fails its fidelity to fp32 (empty: it passes).
 
     ``row[OVERLAP_KEY]`` (mean top-10 overlap with fp32) must be at least ``min_overlap`` and
-    ``row[BATCH_INVARIANCE_KEY]`` at most ``batch_tol``; a missing or NaN value fails.
+    ``row[BATCH_INVARIANCE_KEY]`` at most ``batch_tol``; a missing or NaN value fails, except the overlap
+    when ``overlap_measured`` is False: requests of 10 candidates or fewer have no top-10 to compare
+    (the export's calibration requests), and then only batch invariance is held here.
     """
     def number(key: str) -> float:
         value = row.get(key)
@@ -63,7 +65,7 @@ def fidelity_failures(row: Mapping[str, Any], *, min_overlap: float = MIN_TOP10_
 
     failures = []
     overlap, drift = number(OVERLAP_KEY), number(BATCH_INVARIANCE_KEY)
-    if not overlap >= min_overlap:
+    if overlap_measured and not overlap >= min_overlap:
         failures.append(f"top-10 overlap {overlap:.3f} < {min_overlap:g}")
     if not drift <= batch_tol:
         failures.append(f"batch invariance {drift:.2g} > {batch_tol:g}")
@@ -71,9 +73,10 @@ def fidelity_failures(row: Mapping[str, Any], *, min_overlap: float = MIN_TOP10_
 
 
 def recommend_variant(rows: Mapping[str, Mapping[str, Any]], *, min_overlap: float = MIN_TOP10_OVERLAP,
-                      batch_tol: float = Tolerances().quant_batch_tol) -> str | None:
+                      batch_tol: float = Tolerances().quant_batch_tol, overlap_measured: bool = True) -> str | None:
     """The variant to serve: the fastest (lowest ``row[P50_KEY]``) among ``rows`` (``{variant: row}``) whose
     fidelity passes (:func:`fidelity_failures`); the first listed wins a tie; None when none passes."""
-    passing = [v for v, row in rows.items() if not fidelity_failures(row, min_overlap=min_overlap, batch_tol=batch_tol)
+    passing = [v for v, row in rows.items() if not fidelity_failures(row, min_overlap=min_overlap, batch_tol=batch_tol,
+                                                                     overlap_measured=overlap_measured)
                and row.get(P50_KEY) is not None and np.isfinite(row[P50_KEY])]
     return min(passing, key=lambda v: rows[v][P50_KEY]) if passing else None
