@@ -57,8 +57,10 @@ class OnnxPrefixRunner:
             sessions[key] = make_session(path)
         self.prefix_session, self.candidate_session = sessions["prefix"], sessions["candidate"]
         self._check_contract(n_labels)
-        #: keep the state on the device between the prefix and candidate calls (a GPU provider leads)
-        self.state_on_device = self.prefix_session.get_providers()[0] != "CPUExecutionProvider"
+        #: keep the state on the device between the prefix and candidate calls (an ONNX Runtime session led by
+        #: a GPU provider; OpenVINO's IR sessions, which reuse this runner, run on the CPU)
+        providers = getattr(self.prefix_session, "get_providers", lambda: ["CPUExecutionProvider"])()
+        self.state_on_device = providers[0] != "CPUExecutionProvider"
 
     def _check_contract(self, n_labels: int) -> None:
         def names(values):
