@@ -14,7 +14,8 @@ answered, the in-flight request completes with every candidate after the pre-sto
 the drain), and the container exits 0. The probes run against the image's default settings; the drain runs in a
 second container with ``--prestop-delay-s 3 --grace-period-s 60 --max-queue-delay-s 120`` (enough top-1000s queued at once to
 outlast the pre-stop delay on this machine, at least three, would exceed the default 2 s admission bound).
-``--out`` writes ``results.json`` + ``report.md`` there, with the machine, the image size and the log. ``tests/test_container.py`` runs the same checks.
+``--out`` writes ``results.json`` + ``report.md`` there, with the machine, the image size and the log.
+``tests/test_container.py`` runs the same checks.
 """
 
 from __future__ import annotations
