@@ -45,16 +45,10 @@ SMOKE_FLAG=()
 a=$STAGE/students/demo/model.safetensors b=$STAGE/students/semeval/model.safetensors
 if cmp -s "$a" "$b"; then ln -f "$a" "$b"; echo "the two students' weights are identical: carried once"; fi
 
-tar -C "$CARRY" -cf "$CARRY/bundle.tar" stage
-rm -rf "$STAGE"
-# Each call carries the working tree too (64 MiB in all): a piece is what is left, less 4 MiB of margin.
-tree=$(git ls-files -co --exclude-standard -z | xargs -0 stat -c %s 2>/dev/null | awk '{s+=$1} END {print s+0}')
-piece=$(( 64 * 1048576 - tree - 4 * 1048576 ))
-[ "$piece" -gt 8388608 ] || { echo "the working tree ($tree bytes) leaves no room for pieces" >&2; exit 1; }
-split -b "$piece" -d -a 2 "$CARRY/bundle.tar" "$CARRY/part."
-(cd "$CARRY" && sha256sum bundle.tar > bundle.sha256 && ls part.* | wc -l > pieces)
-rm "$CARRY/bundle.tar"
-n=$(cat "$CARRY/pieces")
+# shellcheck source=benchmarks/gpu/bundle.sh
+source benchmarks/gpu/bundle.sh
+pack_bundle "$CARRY"
+n=$PIECES
 {
   echo "# $n device calls, back to back (the machine is given back ~30 s after a call ends):"
   for p in "$CARRY"/part.*; do
@@ -67,5 +61,5 @@ n=$(cat "$CARRY/pieces")
   done
 } > "$CARRY/plan.txt"
 ls -la "$CARRY"
-echo "working tree that travels with each call: $tree bytes; pieces of $piece bytes"
+echo "working tree that travels with each call: $TREE_BYTES bytes; pieces of $PIECE_BYTES bytes"
 cat "$CARRY/plan.txt"

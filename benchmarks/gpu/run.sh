@@ -48,24 +48,13 @@ causal() {  # the causal part alone, on a machine where `bench` already installe
     --parts causal --budget-s "$BUDGET_S" --causal-min-s 0 "${SMOKE_FLAG[@]}" 2>&1 | tee "$OUT/causal.log" | grep -v "^\s*$" | tail -60
 }
 
-take() {
-  mkdir -p "$R3GPU/parts"
-  for p in "$CARRY"/part.*; do [ -f "$p" ] && cp "$p" "$R3GPU/parts/"; done
-  cp "$CARRY/bundle.sha256" "$CARRY/pieces" "$R3GPU/"
-  echo "pieces held: $(ls "$R3GPU/parts" | tr '\n' ' ') of $(cat "$R3GPU/pieces")"
-}
+# shellcheck source=benchmarks/gpu/bundle.sh
+source benchmarks/gpu/bundle.sh
+take() { take_piece "$CARRY" "$R3GPU"; }
 
 bench() {
   take
-  local want have
-  want=$(cat "$R3GPU/pieces"); have=$(ls "$R3GPU/parts" | wc -l)
-  if [ "$have" != "$want" ]; then
-    echo "only $have of $want pieces are here: the machine was given back between calls; start again from the first call" >&2
-    exit 3
-  fi
-  cat "$R3GPU"/parts/part.* > "$R3GPU/bundle.tar"
-  (cd "$R3GPU" && sha256sum -c bundle.sha256) || { echo "bundle sha256 mismatch: run prepare.sh again" >&2; exit 4; }
-  rm -rf "$R3GPU/stage" && tar -C "$R3GPU" -xf "$R3GPU/bundle.tar" && rm "$R3GPU/bundle.tar"
+  assemble_bundle "$R3GPU"
   if [ "$SMOKE" != 1 ]; then
     echo "05d548956197b9d01f59b625de740e0d6be3593f874e241a12dc0362650ecdf7  $(ls "$R3GPU"/stage/wheels/onnxruntime_gpu-*.whl)" \
       | sha256sum -c - || exit 5

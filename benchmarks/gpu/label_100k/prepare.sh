@@ -59,16 +59,10 @@ if [ -n "${ADAPTER:-}" ]; then
   done > "$STAGE/done.txt" || true
 fi
 (cd "$STAGE" && sha256sum pairs-100k.jsonl fid/*.jsonl > pairs.sha256 && xz -T2 -6 pairs-100k.jsonl)
-tar -C "$CARRY" -cf "$CARRY/bundle.tar" stage
-rm -rf "$STAGE"
-# Each call carries the working tree too (64 MiB in all): a piece is what is left, less 4 MiB of margin.
-tree=$(git ls-files -co --exclude-standard -z | { xargs -0 stat -c %s 2>/dev/null || true; } | awk '{s+=$1} END {print s+0}')
-piece=$(( 64 * 1048576 - tree - 4 * 1048576 ))
-[ "$piece" -gt 8388608 ] || { echo "the working tree ($tree bytes) leaves no room for pieces" >&2; exit 1; }
-split -b "$piece" -d -a 2 "$CARRY/bundle.tar" "$CARRY/part."
-(cd "$CARRY" && sha256sum bundle.tar > bundle.sha256 && ls part.* | wc -l > pieces)
-rm "$CARRY/bundle.tar"
-n=$(cat "$CARRY/pieces")
+# shellcheck source=benchmarks/gpu/bundle.sh
+source benchmarks/gpu/bundle.sh
+pack_bundle "$CARRY"
+n=$PIECES
 {
   echo "# ${ADAPTER:+a later session (the adapter carried): }$n device calls back to back (the machine is given back ~30 s after a call ends)"
   k=0
@@ -80,4 +74,4 @@ n=$(cat "$CARRY/pieces")
   done
   echo "run(command=\"bash benchmarks/gpu/label_100k/run.sh flush\", timeout_s=60)   # until run.json's waiting is empty"
 } > "$CARRY/plan.txt"
-echo "$n pieces of <= $piece bytes in $CARRY (tree $tree bytes); the calls: $CARRY/plan.txt"
+echo "$n pieces of <= $PIECE_BYTES bytes in $CARRY (tree $TREE_BYTES bytes); the calls: $CARRY/plan.txt"

@@ -19,25 +19,14 @@ else
 fi
 export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false R3EDGE_CACHE=$R3/cache
 
-take() {
-  mkdir -p "$R3/parts"
-  for p in "$CARRY"/part.*; do [ -f "$p" ] && cp "$p" "$R3/parts/"; done
-  cp "$CARRY/bundle.sha256" "$CARRY/pieces" "$R3/"
-  echo "pieces held: $(ls "$R3/parts" | tr '\n' ' ') of $(cat "$R3/pieces")"
-}
+# shellcheck source=benchmarks/gpu/bundle.sh
+source benchmarks/gpu/bundle.sh
+take() { take_piece "$CARRY" "$R3"; }
 
 unbundle() {  # once per machine: assemble, check, unpack, install
   take
   [ -f "$R3/stage/pairs.sha256" ] && return 0
-  local want have
-  want=$(cat "$R3/pieces"); have=$(ls "$R3/parts" | wc -l)
-  if [ "$have" != "$want" ]; then
-    echo "only $have of $want pieces are here: the machine was given back between calls; start again from the first call" >&2
-    exit 3
-  fi
-  cat "$R3"/parts/part.* > "$R3/bundle.tar" && rm -rf "$R3/parts"
-  (cd "$R3" && sha256sum -c bundle.sha256) || { echo "bundle sha256 mismatch: run prepare.sh again" >&2; exit 4; }
-  tar -C "$R3" -xf "$R3/bundle.tar" && rm "$R3/bundle.tar"
+  assemble_bundle "$R3"
   (cd "$R3/stage" && xz -d pairs-100k.jsonl.xz && sha256sum -c pairs.sha256) || exit 5
   if [ -f "$R3/stage/gguf.bin" ]; then mkdir -p "$R3/gguf" && mv "$R3/stage/gguf.bin" "$R3/gguf/p00"; fi
   if [ "$SMOKE" != 1 ]; then

@@ -1,0 +1,46 @@
+# shellcheck shell=bash
+# Carrying a bundle to a lent GPU machine in pieces, for both GPU scripts (benchmarks/gpu/ and
+# benchmarks/gpu/label_100k/): a device call carries at most 64 MiB with the working tree, and the machine keeps
+# files written outside $OUT while it is held, so a bundle travels as one piece per call and is put back together
+# by the last call. Sourced by prepare.sh (pack_bundle, here) and run.sh (take_piece, assemble_bundle, there).
+
+# pack_bundle CARRY: CARRY/stage as a tar cut into CARRY/part.NN, each the size one call can carry beside the
+# working tree (less 4 MiB of margin), with CARRY/bundle.sha256 and CARRY/pieces (their count); the stage and the
+# tar are removed. Sets PIECES, TREE_BYTES and PIECE_BYTES.
+pack_bundle() {
+  local carry=$1
+  tar -C "$carry" -cf "$carry/bundle.tar" stage
+  rm -rf "$carry/stage"
+  # a tracked file deleted in the working tree has no size: stat fails on it, the sum goes on
+  TREE_BYTES=$(git ls-files -co --exclude-standard -z | { xargs -0 stat -c %s 2>/dev/null || true; } | awk '{s+=$1} END {print s+0}')
+  PIECE_BYTES=$(( 64 * 1048576 - TREE_BYTES - 4 * 1048576 ))
+  [ "$PIECE_BYTES" -gt 8388608 ] || { echo "the working tree ($TREE_BYTES bytes) leaves no room for pieces" >&2; return 1; }
+  split -b "$PIECE_BYTES" -d -a 2 "$carry/bundle.tar" "$carry/part."
+  (cd "$carry" && sha256sum bundle.tar > bundle.sha256 && ls part.* | wc -l > pieces)
+  rm "$carry/bundle.tar"
+  PIECES=$(cat "$carry/pieces")
+}
+
+# take_piece CARRY DIR: keep the piece this call carried (and the bundle's checksum and count) under DIR.
+take_piece() {
+  local carry=$1 dir=$2 p
+  mkdir -p "$dir/parts"
+  for p in "$carry"/part.*; do [ -f "$p" ] && cp "$p" "$dir/parts/"; done
+  cp "$carry/bundle.sha256" "$carry/pieces" "$dir/"
+  echo "pieces held: $(ls "$dir/parts" | tr '\n' ' ') of $(cat "$dir/pieces")"
+}
+
+# assemble_bundle DIR: every piece held? Then join them, check the checksum and unpack DIR/stage (a stage left
+# from before is replaced). Exits 3 when pieces are missing (the machine was given back between calls), 4 on a
+# checksum mismatch.
+assemble_bundle() {
+  local dir=$1 want have
+  want=$(cat "$dir/pieces"); have=$(ls "$dir/parts" | wc -l)
+  if [ "$have" != "$want" ]; then
+    echo "only $have of $want pieces are here: the machine was given back between calls; start again from the first call" >&2
+    exit 3
+  fi
+  cat "$dir"/parts/part.* > "$dir/bundle.tar" && rm -rf "$dir/parts"
+  (cd "$dir" && sha256sum -c bundle.sha256) || { echo "bundle sha256 mismatch: run prepare.sh again" >&2; exit 4; }
+  rm -rf "$dir/stage" && tar -C "$dir" -xf "$dir/bundle.tar" && rm "$dir/bundle.tar"
+}
