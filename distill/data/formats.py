@@ -52,11 +52,14 @@ from r3edge.distill.data.pooling import (
     Doc,
     Query,
     RunHit,
+    check_ids,
+    check_once,
     jsonl_objects,
     read_corpus,
     read_qrels,
     read_query_file,
     read_run,
+    whitespace_lines,
 )
 
 #: every format, with what its path is (``--format`` choices and help)
@@ -485,32 +488,20 @@ def read_run_file(path: str | Path, qids: set[str] | None = None, docids: set[st
                            "or 6 'qid Q0 docid rank score tag' (TREC)", "pass a run in one of those forms", field=flag)
     run: dict[str, list[RunHit]] = {}
     seen: dict[tuple[str, str], int] = {}
-    with path.open(encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, start=1):
-            parts = line.split()
-            if not parts:
-                continue
-            where = f"{path} line {lineno}"
-            if len(parts) != 3:
-                raise InvalidInput(f"{where}: expected 3 columns 'qid pid rank' (MS MARCO run, as line 1), found {len(parts)}",
-                                   "write MS MARCO run lines such as '1124703<TAB>8766037<TAB>1'", field=flag)
-            qid, docid, rank_s = parts
-            try:
-                rank = int(rank_s)
-            except ValueError:
-                raise InvalidInput(f"{where}: rank {rank_s!r} is not an integer", "write the rank (column 3) as 1, 2, ...",
-                                   field=flag) from None
-            if qids is not None and qid not in qids:
-                raise InvalidInput(f"{where}: qid {qid!r} is not in the queries file",
-                                   f"drop that query's lines from {flag} or add the query to --queries", field=flag)
-            if docids is not None and docid not in docids:
-                raise InvalidInput(f"{where}: docid {docid!r} is not in the corpus",
-                                   f"drop that line from {flag} or add the document to --corpus", field=flag)
-            if (qid, docid) in seen:
-                raise InvalidInput(f"{where}: qid {qid!r} docid {docid!r} already on line {seen[qid, docid]}",
-                                   "keep one line per (qid, docid)", field=flag)
-            seen[qid, docid] = lineno
-            run.setdefault(qid, []).append(RunHit(docid, rank, None, lineno))
+    for lineno, parts in whitespace_lines(path):
+        where = f"{path} line {lineno}"
+        if len(parts) != 3:
+            raise InvalidInput(f"{where}: expected 3 columns 'qid pid rank' (MS MARCO run, as line 1), found {len(parts)}",
+                               "write MS MARCO run lines such as '1124703<TAB>8766037<TAB>1'", field=flag)
+        qid, docid, rank_s = parts
+        try:
+            rank = int(rank_s)
+        except ValueError:
+            raise InvalidInput(f"{where}: rank {rank_s!r} is not an integer", "write the rank (column 3) as 1, 2, ...",
+                               field=flag) from None
+        check_ids(where, qid, docid, qids, docids, flag)
+        check_once(seen, qid, docid, lineno, where, flag)
+        run.setdefault(qid, []).append(RunHit(docid, rank, None, lineno))
     for hits in run.values():
         hits.sort(key=lambda h: (h.rank, h.line))
     return run

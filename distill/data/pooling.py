@@ -170,7 +170,8 @@ def read_corpus(path: str | Path, flag: str = "--corpus", progress_stream: TextI
     return docs
 
 
-def _check_ids(where: str, qid: str, docid: str, qids: set[str] | None, docids: set[str] | None, flag: str) -> None:
+def check_ids(where: str, qid: str, docid: str, qids: set[str] | None, docids: set[str] | None, flag: str) -> None:
+    """A run or qrels line names a known query and document (when the sets are given)."""
     if qids is not None and qid not in qids:
         raise InvalidInput(f"{where}: qid {qid!r} is not in the queries file",
                            f"drop that query's lines from {flag} or add the query to --queries", field=flag)
@@ -179,7 +180,16 @@ def _check_ids(where: str, qid: str, docid: str, qids: set[str] | None, docids: 
                            f"drop that line from {flag} or add the document to --corpus", field=flag)
 
 
-def _lines(path: Path) -> Iterable[tuple[int, list[str]]]:
+def check_once(seen: dict[tuple[str, str], int], qid: str, docid: str, lineno: int, where: str, flag: str) -> None:
+    """A run names each (qid, docid) once: ``seen`` maps those read so far to their line."""
+    if (qid, docid) in seen:
+        raise InvalidInput(f"{where}: qid {qid!r} docid {docid!r} already on line {seen[qid, docid]}",
+                           "keep one line per (qid, docid)", field=flag)
+    seen[qid, docid] = lineno
+
+
+def whitespace_lines(path: Path) -> Iterable[tuple[int, list[str]]]:
+    """(line number, whitespace-split columns) of each non-blank line."""
     with path.open(encoding="utf-8") as fh:
         for lineno, line in enumerate(fh, start=1):
             parts = line.split()
@@ -193,7 +203,7 @@ def read_run(path: str | Path, qids: set[str] | None = None, docids: set[str] | 
     path = _open(path, flag)
     run: dict[str, list[RunHit]] = {}
     seen: dict[tuple[str, str], int] = {}
-    for lineno, parts in _lines(path):
+    for lineno, parts in whitespace_lines(path):
         where = f"{path} line {lineno}"
         if len(parts) != 6:
             raise InvalidInput(f"{where}: expected 6 columns 'qid Q0 docid rank score tag', found {len(parts)}",
@@ -209,11 +219,8 @@ def read_run(path: str | Path, qids: set[str] | None = None, docids: set[str] | 
         except ValueError:
             raise InvalidInput(f"{where}: score {score_s!r} is not a number", "write the score (column 5) as a number",
                                field=flag) from None
-        _check_ids(where, qid, docid, qids, docids, flag)
-        if (qid, docid) in seen:
-            raise InvalidInput(f"{where}: qid {qid!r} docid {docid!r} already on line {seen[qid, docid]}",
-                               "keep one line per (qid, docid)", field=flag)
-        seen[qid, docid] = lineno
+        check_ids(where, qid, docid, qids, docids, flag)
+        check_once(seen, qid, docid, lineno, where, flag)
         run.setdefault(qid, []).append(RunHit(docid, rank, score, lineno))
     if not run:
         raise InvalidInput(f"{flag} {path} holds no run lines", "pass a TREC run file or leave out the flag", field=flag)
@@ -228,7 +235,7 @@ def read_qrels(path: str | Path, qids: set[str] | None = None, docids: set[str] 
     path = _open(path, flag)
     qrels: dict[str, dict[str, int]] = {}
     seen: dict[tuple[str, str], int] = {}
-    for lineno, parts in _lines(path):
+    for lineno, parts in whitespace_lines(path):
         where = f"{path} line {lineno}"
         if len(parts) != 4:
             raise InvalidInput(f"{where}: expected 4 columns 'qid 0 docid rel', found {len(parts)}",
@@ -239,7 +246,7 @@ def read_qrels(path: str | Path, qids: set[str] | None = None, docids: set[str] 
         except ValueError:
             raise InvalidInput(f"{where}: grade {rel_s!r} is not an integer", "write the grade (column 4) as 0, 1, 2, ...",
                                field=flag) from None
-        _check_ids(where, qid, docid, qids, docids, flag)
+        check_ids(where, qid, docid, qids, docids, flag)
         grades = qrels.setdefault(qid, {})
         if docid in grades and grades[docid] != rel:
             raise InvalidInput(f"{where}: qid {qid!r} docid {docid!r} graded {rel} here and {grades[docid]} on line "
