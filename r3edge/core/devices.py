@@ -12,15 +12,13 @@ import glob
 import os
 from typing import Any, Literal, get_args
 
+from r3edge.core.artifact import variant_runtime
 from r3edge.core.errors import InvalidInput, MissingDependency, require
 
 Device = Literal["auto", "cpu", "cuda", "tensorrt"]
 DEVICES: tuple[str, ...] = get_args(Device)
 #: Devices whose sessions run on a GPU provider of ONNX Runtime.
 GPU_DEVICES = ("cuda", "tensorrt")
-#: The execution provider that must lead a session opened for each device.
-LEADING_PROVIDER = {"cpu": "CPUExecutionProvider", "cuda": "CUDAExecutionProvider",
-                    "tensorrt": "TensorrtExecutionProvider"}
 #: Variants a GPU serves when none is asked for, best first. The manifest's default is the fastest
 #: variant on the exporting CPU, usually an int8 one, which is not what a GPU should run.
 GPU_VARIANT_PREFERENCE = ("fp16", "fp32")
@@ -86,19 +84,24 @@ def choose_variant(manifest: dict[str, Any], variant: str | None, device: str) -
     else:
         name = manifest["default"]
         why = "the manifest's default" + (f": {manifest['default_reason']}" if manifest.get("default_reason") else "")
-    if device in GPU_DEVICES and name in variants:
-        runtime = (manifest.get("runtimes") or {}).get(name, "onnxruntime")
-        kind = ((manifest.get("quantization") or {}).get(name) or {}).get("kind")
-        gpu_ok = [v for v in variants if (manifest.get("runtimes") or {}).get(v, "onnxruntime") == "onnxruntime"
-                  and ((manifest.get("quantization") or {}).get(v) or {}).get("kind") not in CPU_ONLY_KINDS]
-        if runtime != "onnxruntime" or kind in CPU_ONLY_KINDS:
-            what = "an OpenVINO IR (OpenVINO serves on the CPU here)" if runtime != "onnxruntime" else (
-                f"per-row dynamic int8 ({kind}), which ONNX Runtime's CUDA provider cannot run")
-            raise InvalidInput(f"variant {name!r} is {what}: it cannot be served on device={device}",
-                               f"pick one of {', '.join(gpu_ok) or 'fp32, fp16 (re-export)'} with --variant, "
-                               "or serve with --device cpu", field="variant")
+    if device in GPU_DEVICES and name in variants and not _gpu_can_run(manifest, name):
+        what = ("an OpenVINO IR (OpenVINO serves on the CPU here)" if variant_runtime(manifest, name) != "onnxruntime"
+                else f"per-row dynamic int8 ({_kind(manifest, name)}), which ONNX Runtime's CUDA provider cannot run")
+        gpu_ok = [v for v in variants if _gpu_can_run(manifest, v)]
+        raise InvalidInput(f"variant {name!r} is {what}: it cannot be served on device={device}",
+                           f"pick one of {', '.join(gpu_ok) or 'fp32, fp16 (re-export)'} with --variant, "
+                           "or serve with --device cpu", field="variant")
     return name, why
 
 
-__all__ = ["Device", "DEVICES", "GPU_DEVICES", "LEADING_PROVIDER", "GPU_VARIANT_PREFERENCE", "CPU_ONLY_KINDS",
+def _kind(manifest: dict[str, Any], variant: str) -> str | None:
+    """The quantization kind the export recorded for ``variant`` (None for fp32 and OpenVINO's f32 IR)."""
+    return ((manifest.get("quantization") or {}).get(variant) or {}).get("kind")
+
+
+def _gpu_can_run(manifest: dict[str, Any], variant: str) -> bool:
+    return variant_runtime(manifest, variant) == "onnxruntime" and _kind(manifest, variant) not in CPU_ONLY_KINDS
+
+
+__all__ = ["Device", "DEVICES", "GPU_DEVICES", "GPU_VARIANT_PREFERENCE", "CPU_ONLY_KINDS",
            "gpu_visible", "check_device", "resolve_device", "choose_variant"]
