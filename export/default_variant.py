@@ -47,12 +47,11 @@ def requests_of(queries: Sequence[str], docs: Sequence[str]) -> list[tuple[str, 
     return out
 
 
-def time_variants(artifact_dir: str | Path, names: Sequence[str], queries: Sequence[str], docs: Sequence[str],
+def time_variants(artifact_dir: str | Path, names: Sequence[str], requests: Sequence[tuple[str, list[str]]],
                   batch_invariance: dict[str, float], *, threads: int | None = None, rounds: int = TIMING_ROUNDS,
                   log: Callable[[str], None] = print) -> dict[str, dict]:
-    """``{variant: row}`` with ``p50_ms`` per pass over the calibration requests on this machine's CPU,
+    """``{variant: row}`` with ``p50_ms`` per pass over ``requests`` (:func:`requests_of`) on this machine's CPU,
     top-10 overlap with fp32 and the batch invariance the parity gate measured (``batch_invariance``)."""
-    requests = requests_of(queries, docs)
     runtimes = {}
     try:
         for name in names:
@@ -90,10 +89,11 @@ def choose_default(artifact_dir: str | Path, names: Sequence[str], queries: Sequ
     """``(default, reason, timing report)``: :func:`recommend_variant` over :func:`time_variants`'
     rows (fp32 when no variant passes, which cannot happen while fp32 itself is built)."""
     t0 = time.perf_counter()
-    rows = time_variants(artifact_dir, names, queries, docs, batch_invariance, threads=threads, log=log)
+    requests = requests_of(queries, docs)
+    rows = time_variants(artifact_dir, names, requests, batch_invariance, threads=threads, log=log)
     measured = any(r[OVERLAP_KEY] is not None for r in rows.values())
     best = recommend_variant(rows, overlap_measured=measured) or REFERENCE
-    n_req = len(requests_of(queries, docs))
+    n_req = len(requests)
     others = ", ".join(f"{n} {r[P50_KEY]:.1f}" for n, r in rows.items() if n != best)
     kept = ("kept fp32's top 10 on the calibration requests and batch invariance" if measured else
             "passed the export's parity gates and batch invariance (the calibration requests have 10 candidates or "
