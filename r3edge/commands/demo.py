@@ -2,9 +2,14 @@
 
 The teacher's judgement comes from a cold start (``r3edge teacher sft``) on traces built from the
 embedded data's gold labels: SmolLM2-135M-Instruct does not judge zero-shot (it ranked the demo's
-pairs below chance), and templated gold traces teach it the R³A format and the labels (not
+pairs below chance), and templated gold traces teach it the judge's format and the labels (not
 reasoning). The student then learns the cold-started teacher's label distribution (mixed with gold
 labels only where its config sets train.gold_weight; the demo's does not, and its report says which).
+
+The default judge is score-only (the grade read at ``<score>``, nothing generated), so that the whole
+chain fits 10 minutes on 2 CPU cores: R³A's two rounds cost ~7x the labelling time and ~2x the cold
+start per step there (configs/sft/score-only-smollm2-demo.yaml has the measurements).
+``--teacher r3a-smollm2 --sft r3a-smollm2-demo`` runs the R³A chain on the same data.
 
 Every stage writes its output under --out. A rerun with the same --out rewrites the pairs files
 (the same seed gives the same pairs), skips the cold start, training and export whose output
@@ -21,15 +26,16 @@ from pathlib import Path
 
 def configure(parser):
     parser.add_argument("--out", default="runs/demo", help="directory for every stage's output")
-    parser.add_argument("--teacher", default="r3a-smollm2",
+    parser.add_argument("--teacher", default="score-only-smollm2",
                         help="teacher config, a shipped name or a YAML path (judge + model + generation budgets)")
-    parser.add_argument("--sft", default="r3a-smollm2-demo",
+    parser.add_argument("--sft", default="score-only-smollm2-demo",
                         help="the teacher's cold-start config (its teacher config must be --teacher's)")
     parser.add_argument("--sft-queries", type=int, default=10,
                         help="queries whose gold-labelled posts build the cold-start traces (10: one per demo topic)")
     parser.add_argument("--student", default="minilm-demo",
                         help="student config, a shipped name or a YAML path (model + scorer budgets + training)")
-    parser.add_argument("--train-queries", type=int, default=10, help="training queries")
+    parser.add_argument("--train-queries", type=int, default=20,
+                        help="training queries (20: each demo topic in two phrasings; held-back queries use a third)")
     parser.add_argument("--train-candidates", type=int, default=10, help="candidates per training query")
     parser.add_argument("--heldout-queries", type=int, default=10,
                         help="held-back queries, each a top-100 request in the benchmark")
@@ -45,6 +51,10 @@ def configure(parser):
     parser.add_argument("--force", action="store_true", help="redo every stage even if its output is complete")
 
 
+#: the first held-back query: the generator's queries 0-9 and 10-19 are each topic's first two phrasings
+HELDOUT_START = 20
+
+
 def _step(title: str) -> None:
     print(f"\n=== {title} ===", flush=True)
 
@@ -58,6 +68,12 @@ def run(args) -> int:
     from r3edge.distill.data.ugc import generate
     from r3edge.export.options import cpu_variants
 
+    if not 1 <= args.train_queries <= HELDOUT_START:
+        from r3edge.core.errors import InvalidInput
+
+        raise InvalidInput(f"--train-queries {args.train_queries} must be 1..{HELDOUT_START}",
+                           f"the held-back queries start at query {HELDOUT_START} (the generator's third phrasing of "
+                           "each topic); more training queries would repeat their texts", field="--train-queries")
     out = Path(args.out)
     if args.force and out.exists():
         shutil.rmtree(out)
@@ -74,7 +90,7 @@ def run(args) -> int:
     # the cold start sees other posts (another seed) of the training topics, never a held-back query
     write_queries(sft_pairs, generate(args.sft_queries, 12, seed=args.seed + 1, start=0))
     # held-back queries start past every training phrasing, so their texts were never trained on
-    held_q = generate(args.heldout_queries, 100, seed=args.seed, start=20)
+    held_q = generate(args.heldout_queries, 100, seed=args.seed, start=HELDOUT_START)
     write_queries(pairs, train_q)
     write_queries(heldout, held_q)
     write_queries(heldout_teacher, [
@@ -172,8 +188,9 @@ def _notes(teacher: Path, labels_train: Path, student: Path, args, on_train: dic
     return [
         f"Where the teacher's judgement comes from: {sft['base_model']} cold-started (`{args.sft}`, judge "
         f"`{sft['judge']}`) on {sft['trained']} verdicts templated from the gold labels of {args.sft_queries} other "
-        f"queries' posts (by label {sft['trained_by_label']}; reason `{traces.get('reason', 'fixed')}`; "
-        f"{sft['epochs']:g} epochs, {sft['wall_time_s']:.0f} s). Templated traces teach the judge's format and the "
+        f"queries' posts (by label {sft['trained_by_label']}; "
+        + ("the reply is the grade alone; " if sft["judge"] == "score-only" else f"reason `{traces.get('reason', 'fixed')}`; ")
+        + f"{sft['epochs']:g} epochs, {sft['wall_time_s']:.0f} s). Templated traces teach the judge's format and the "
         "gold labels, not reasoning."
         + ("" if not on_train else
            f" On the {on_train['n']} training pairs it labelled for the student (other queries than the cold start's) its labels "
