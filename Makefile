@@ -78,13 +78,12 @@ proto: install
 	$(PY) r3edge/api/protogen.py
 
 # Judges, students and floors on the same requests, bounded (< 10 minutes on 2 cores): the demo's cold-started
-# teacher under its own score-only prompt through one vLLM server (a demo run with `--teacher r3a-smollm2 --sft
-# r3a-smollm2-demo` is measured with BENCH_ARGS="--judges r3a-smollm2,umbrela-smollm2 ..."), the demo's served student variants, BM25, the
+# teacher under R³A and UMBRELA prompts through one vLLM server, the demo's served student variants, BM25, the
 # base encoder by cosine (all-MiniLM-L6-v2, the demo student's base, with SemEval's query budget) and the
 # first-stage order, on 2 SemEval-2016 CQA dev questions x 50 comments (the demo's held-back requests where
 # ../shared/data is absent). Writes runs/bench/report.md and the plot. Needs `make demo`.
 BENCH_DATA ?= ../shared/data/semeval2016-cqa
-BENCH_ARGS ?= --judges score-only-smollm2 --judge-requests 2 --requests 4 --concurrency 1,4
+BENCH_ARGS ?= --judges r3a-smollm2,umbrela-smollm2 --judge-requests 2 --requests 4 --concurrency 1,4
 bench: install vllm
 	@test -f runs/demo/artifact/manifest.json -a -f runs/demo/teacher/config.json \
 		|| { echo "make bench measures the demo's teacher and student: run make demo first"; exit 1; }

@@ -49,3 +49,14 @@ def test_missing_extra_names_the_pip_install():
         require("r3edge_no_such_module", "serve")
     assert "r3edge_no_such_module" in err.value.what
     assert "pip install 'r3edge[serve]'" in err.value.fix and "torch==2.13.0" in err.value.fix
+
+
+def test_demo_refuses_training_queries_that_would_repeat_the_held_back_texts(tmp_path, capsys):
+    # the generator's query i is topic i % 10 in phrasing i // 10 (mod 3): the held-back requests are queries
+    # 20-29, so a 21st training query would be query 20's text; refused before any stage writes a file (the
+    # missing cold-start config stops a run that got past the check at its second stage, after the pairs)
+    assert main(["demo", "--out", str(tmp_path / "demo"), "--train-queries", "21",
+                 "--sft", str(tmp_path / "no-such-sft.yaml")]) == 2
+    err = capsys.readouterr().err
+    assert "--train-queries 21" in err and "held-back" in err
+    assert not (tmp_path / "demo").exists()

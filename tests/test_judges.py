@@ -94,10 +94,7 @@ def test_score_only_prompt_is_short_and_ends_at_the_score():
     j = score_only.JUDGE
     system, user = j.assess_messages(PAIR, None)
     assert user["content"].index(PAIR.query) < user["content"].index(PAIR.document)
-    # what every pair shares (the grades, the reply form) is in the system message and the document ends the
-    # prompt, so a query's candidates share every token before their document (computed once per query)
-    assert all(f"{v} = " in system["content"] for v in j.native_values) and "<score>N</score>" in system["content"]
-    assert user["content"].endswith(PAIR.document)
+    assert all(f"{v} = " in user["content"] for v in j.native_values)
     assert len(system["content"]) + len(user["content"]) < 600 + len(PAIR.query) + len(PAIR.document)
     assert j.reply_prefix == j.score_open == "<score>" and j.score_tokens == ("0", "1", "2")
     assert j.repair(j.reply_prefix) == ("<score>", False)

@@ -2,14 +2,9 @@
 
 The teacher's judgement comes from a cold start (``r3edge teacher sft``) on traces built from the
 embedded data's gold labels: SmolLM2-135M-Instruct does not judge zero-shot (it ranked the demo's
-pairs below chance), and templated gold traces teach it the judge's format and the labels (not
+pairs below chance), and templated gold traces teach it the R³A format and the labels (not
 reasoning). The student then learns the cold-started teacher's label distribution (mixed with gold
 labels only where its config sets train.gold_weight; the demo's does not, and its report says which).
-
-The default judge is score-only (the grade read at ``<score>``, nothing generated), so that the whole
-chain fits 10 minutes on 2 CPU cores: R³A's two rounds cost ~7x the labelling time and ~2x the cold
-start per step there (configs/sft/score-only-smollm2-demo.yaml has the measurements).
-``--teacher r3a-smollm2 --sft r3a-smollm2-demo`` runs the R³A chain on the same data.
 
 Every stage writes its output under --out. A rerun with the same --out rewrites the pairs files
 (the same seed gives the same pairs), skips the cold start, training and export whose output
@@ -26,16 +21,15 @@ from pathlib import Path
 
 def configure(parser):
     parser.add_argument("--out", default="runs/demo", help="directory for every stage's output")
-    parser.add_argument("--teacher", default="score-only-smollm2",
+    parser.add_argument("--teacher", default="r3a-smollm2",
                         help="teacher config, a shipped name or a YAML path (judge + model + generation budgets)")
-    parser.add_argument("--sft", default="score-only-smollm2-demo",
+    parser.add_argument("--sft", default="r3a-smollm2-demo",
                         help="the teacher's cold-start config (its teacher config must be --teacher's)")
     parser.add_argument("--sft-queries", type=int, default=10,
                         help="queries whose gold-labelled posts build the cold-start traces (10: one per demo topic)")
     parser.add_argument("--student", default="minilm-demo",
                         help="student config, a shipped name or a YAML path (model + scorer budgets + training)")
-    parser.add_argument("--train-queries", type=int, default=20,
-                        help="training queries (20: each demo topic in two phrasings; held-back queries use a third)")
+    parser.add_argument("--train-queries", type=int, default=10, help="training queries")
     parser.add_argument("--train-candidates", type=int, default=10, help="candidates per training query")
     parser.add_argument("--heldout-queries", type=int, default=10,
                         help="held-back queries, each a top-100 request in the benchmark")
@@ -188,9 +182,8 @@ def _notes(teacher: Path, labels_train: Path, student: Path, args, on_train: dic
     return [
         f"Where the teacher's judgement comes from: {sft['base_model']} cold-started (`{args.sft}`, judge "
         f"`{sft['judge']}`) on {sft['trained']} verdicts templated from the gold labels of {args.sft_queries} other "
-        f"queries' posts (by label {sft['trained_by_label']}; "
-        + ("the reply is the grade alone; " if sft["judge"] == "score-only" else f"reason `{traces.get('reason', 'fixed')}`; ")
-        + f"{sft['epochs']:g} epochs, {sft['wall_time_s']:.0f} s). Templated traces teach the judge's format and the "
+        f"queries' posts (by label {sft['trained_by_label']}; reason `{traces.get('reason', 'fixed')}`; "
+        f"{sft['epochs']:g} epochs, {sft['wall_time_s']:.0f} s). Templated traces teach the judge's format and the "
         "gold labels, not reasoning."
         + ("" if not on_train else
            f" On the {on_train['n']} training pairs it labelled for the student (other queries than the cold start's) its labels "

@@ -3,12 +3,6 @@
 No reasoning is generated. The prompt holds the query, the document and the three grades (R³A's
 scale: 0 unrelated, 1 related but answers only in part, 2 dedicated with the exact answer), and the
 assistant's reply is prefilled up to its answer prefix ``<score>``, so the next token *is* the grade.
-
-Everything that is the same for every pair (the task, the grades, the reply form) is in the system
-message, and the user message is the query, then the document. So a query's candidates share every
-token up to their document, which the backends compute once (the transformers backend's shared prefill,
-vLLM's prefix cache) and the cold start once per step: with the grades after the document, as before
-2026-11-28 (prompt hashes differ), a demo pair computed ~130 tokens of its own instead of ~60.
 The backend runs the prompt once (prefill only, :meth:`Backend.read_scores`) and reads the
 probabilities of ``0``, ``1`` and ``2`` there: one forward per pair instead of tens to hundreds of
 decoding steps, the single-forward teacher of Rank1's forced read-out without its reasoning.
@@ -27,16 +21,17 @@ from dataclasses import dataclass, field
 from r3edge.distill.label.judges import Assessment, Messages, PairContext, templates_hash
 from r3edge.distill.label.judges._single_round import SCORE_CLOSE, SCORE_OPEN, SingleRound, parse_score
 
-SYSTEM = (
-    "You grade how relevant a document is to a search query.\n\n"
+SYSTEM = "You grade how relevant a document is to a search query. You answer with the grade only."
+
+USER = (
+    "Query: {query}\n\n"
+    "Document:\n{document}\n\n"
     "Grades:\n"
     "0 = the document has nothing to do with the query.\n"
     "1 = the document is related to the query but answers it only in part.\n"
     "2 = the document is dedicated to the query and contains the exact answer.\n\n"
     "Reply with the grade only, in the form <score>N</score>."
 )
-
-USER = "Query: {query}\n\nDocument:\n{document}"
 
 VALUES = (0, 1, 2)
 _VERDICT = re.compile(r"\s*<score>(.*?)</score>\s*", re.DOTALL)
