@@ -51,12 +51,14 @@ def test_missing_extra_names_the_pip_install():
     assert "pip install 'r3edge[serve]'" in err.value.fix and "torch==2.13.0" in err.value.fix
 
 
-def test_demo_refuses_training_queries_that_would_repeat_the_held_back_texts(tmp_path, capsys):
-    # the generator's query i is topic i % 10 in phrasing i // 10 (mod 3): the held-back requests are queries
-    # 20-29, so a 21st training query would be query 20's text; refused before any stage writes a file (the
-    # missing cold-start config stops a run that got past the check at its second stage, after the pairs)
-    assert main(["demo", "--out", str(tmp_path / "demo"), "--train-queries", "21",
-                 "--sft", str(tmp_path / "no-such-sft.yaml")]) == 2
+@pytest.mark.parametrize("flag, n", [("--train-queries", 21), ("--sft-queries", 21), ("--heldout-queries", 11),
+                                     ("--train-queries", 0)])
+def test_demo_refuses_splits_that_would_share_a_query_text(flag, n, tmp_path, capsys):
+    # the generator's query i is topic i % 10 in phrasing (i // 10) % 3 and the held-back requests are queries
+    # 20-29: a 21st training or cold-start query would be query 20's text, an 11th held-back one query 0's.
+    # Refused before any stage writes a file (the missing cold-start config stops a run that got past the
+    # check at its second stage, after the pairs are written)
+    assert main(["demo", "--out", str(tmp_path / "demo"), flag, str(n), "--sft", str(tmp_path / "no-such-sft.yaml")]) == 2
     err = capsys.readouterr().err
-    assert "--train-queries 21" in err and "held-back" in err
+    assert f"{flag} {n} must be" in err and "held-back" in err
     assert not (tmp_path / "demo").exists()

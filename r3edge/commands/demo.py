@@ -26,13 +26,15 @@ def configure(parser):
     parser.add_argument("--sft", default="r3a-smollm2-demo",
                         help="the teacher's cold-start config (its teacher config must be --teacher's)")
     parser.add_argument("--sft-queries", type=int, default=10,
-                        help="queries whose gold-labelled posts build the cold-start traces (10: one per demo topic)")
+                        help="queries whose gold-labelled posts build the cold-start traces (10: one per demo topic; "
+                             "at most 20)")
     parser.add_argument("--student", default="minilm-demo",
                         help="student config, a shipped name or a YAML path (model + scorer budgets + training)")
-    parser.add_argument("--train-queries", type=int, default=10, help="training queries")
+    parser.add_argument("--train-queries", type=int, default=10,
+                        help="training queries (at most 20: the held-back queries are each topic's third phrasing)")
     parser.add_argument("--train-candidates", type=int, default=10, help="candidates per training query")
     parser.add_argument("--heldout-queries", type=int, default=10,
-                        help="held-back queries, each a top-100 request in the benchmark")
+                        help="held-back queries, each a top-100 request in the benchmark (at most 10: one per topic)")
     parser.add_argument("--heldout-teacher-candidates", type=int, default=6,
                         help="top-ranked candidates per held-back query that the teacher also labels "
                              "(only these, to bound the demo's time; the report's agreement is measured on them)")
@@ -49,6 +51,23 @@ def configure(parser):
 HELDOUT_START = 20
 
 
+def _check_splits(args) -> None:
+    """The generator's query i is topic i % 10 in phrasing (i // 10) % 3, and the held-back requests are queries
+    HELDOUT_START.. (each topic's third phrasing): a training or cold-start query past HELDOUT_START, or more
+    held-back queries than topics, would give two splits the same query text."""
+    from r3edge.core.errors import InvalidInput
+    from r3edge.distill.data.ugc import TOPICS
+
+    for flag, n, most in (("--train-queries", args.train_queries, HELDOUT_START),
+                          ("--sft-queries", args.sft_queries, HELDOUT_START),
+                          ("--heldout-queries", args.heldout_queries, len(TOPICS))):
+        if not 1 <= n <= most:
+            raise InvalidInput(f"{flag} {n} must be 1..{most}",
+                               f"the held-back queries are the generator's queries {HELDOUT_START}-"
+                               f"{HELDOUT_START + len(TOPICS) - 1} (each topic's third phrasing); more queries would "
+                               "repeat a held-back query's text in another split", field=flag)
+
+
 def _step(title: str) -> None:
     print(f"\n=== {title} ===", flush=True)
 
@@ -62,12 +81,7 @@ def run(args) -> int:
     from r3edge.distill.data.ugc import generate
     from r3edge.export.options import cpu_variants
 
-    if not 1 <= args.train_queries <= HELDOUT_START:
-        from r3edge.core.errors import InvalidInput
-
-        raise InvalidInput(f"--train-queries {args.train_queries} must be 1..{HELDOUT_START}",
-                           f"the held-back queries start at query {HELDOUT_START} (the generator's third phrasing of "
-                           "each topic); more training queries would repeat their texts", field="--train-queries")
+    _check_splits(args)
     out = Path(args.out)
     if args.force and out.exists():
         shutil.rmtree(out)
