@@ -290,6 +290,44 @@ def test_sft_loss_is_the_causal_lm_loss_on_the_masked_labels(tmp_path):
         assert torch.allclose(g, w.grad, atol=1e-5, rtol=1e-4)
 
 
+@pytest.mark.slow
+def test_prefix_without_gradients_runs_the_shared_prefix_outside_autograd(tmp_path):
+    """``train.prefix_gradients: false``: the same loss, but the step's prefix pass records no graph, so the
+    backward pass covers the rows' own tokens only (and the weights' gradients change)."""
+    import torch
+
+    from r3edge.distill.teacher.sft import SFTCollator, SharedPrefixStep, reply_examples, shared_prefix_chunks, stop_token_ids
+    from r3edge.model.loading import load_model, load_tokenizer
+
+    cfg = load_teacher_config(TINY_TEACHER)
+    judge = get_judge("r3a")
+    tok = load_tokenizer(cfg.model.tokenizer_ref)
+    torch.manual_seed(0)
+    lm = load_model(cfg.model)
+    traces = gold_traces(cfg, judge, read_queries(_pairs(tmp_path, TOY))).traces
+    examples = [ex for t in traces for ex in reply_examples(tok, t.messages, judge.reply_prefix, [False, True],
+                                                            stop_token_ids(tok, lm))]
+    (chunk,) = shared_prefix_chunks(examples, ["q"] * len(examples), size=8)
+    batch = SFTCollator(tok.pad_token_id)([chunk])
+    seen = []
+    hook = lm.get_decoder().register_forward_hook(
+        lambda _m, _args, out: seen.append((out.last_hidden_state.shape[0], out.last_hidden_state.requires_grad)))
+    losses, grads = {}, {}
+    for flag in (True, False):
+        seen.clear()
+        lm.zero_grad()
+        logits, targets = SharedPrefixStep(lm, prefix_gradients=flag)(
+            batch["input_ids"], batch["attention_mask"], batch["labels"], batch["prefix_ids"])
+        loss = torch.nn.functional.cross_entropy(logits, targets)
+        loss.backward()
+        losses[flag], grads[flag] = loss.detach(), [w.grad.clone() for w in lm.parameters()]
+        # the prefix pass (batch 1), then the rows' pass (one per row)
+        assert seen == [(1, flag), (len(chunk["input_ids"]), True)], seen
+    hook.remove()
+    assert torch.allclose(losses[True], losses[False])
+    assert not all(torch.allclose(a, b) for a, b in zip(grads[True], grads[False]))
+
+
 def test_shared_prefix_chunks_stop_before_the_first_label():
     from r3edge.distill.teacher.sft import IGNORE, shared_prefix_chunks
 

@@ -212,7 +212,8 @@ class SharedPrefixStep(torch.nn.Module):
     batch through ``lm``, returning the logits at the labelled positions and their target ids.
 
     The shared prefix of a step runs once (batch 1) and its key/value cache is repeated for every
-    row, with gradients flowing back through it; the rows then run only their own suffix. The
+    row, with gradients flowing back through it (``prefix_gradients``; without them the prefix runs outside
+    autograd, so a step back-propagates its rows' suffixes only); the rows then run only their own suffix. The
     vocabulary projection runs only where a label is, not over the whole prompt: prompts are
     most of a trace, and the projection is most of a small model's cost. It is a module's forward,
     not code in the loss, because DDP averages the gradients of what runs through its forward only.
@@ -223,9 +224,10 @@ class SharedPrefixStep(torch.nn.Module):
     accepts_loss_kwargs = True
     loss_type = "ForCausalLM"
 
-    def __init__(self, lm):
+    def __init__(self, lm, prefix_gradients: bool = True):
         super().__init__()
         self.lm = lm
+        self.prefix_gradients = prefix_gradients
 
     def forward(self, input_ids, attention_mask, labels, prefix_ids=None):
         lm = self.lm.get_base_model() if hasattr(self.lm, "get_base_model") else self.lm
@@ -234,7 +236,8 @@ class SharedPrefixStep(torch.nn.Module):
         sel = targets != IGNORE
         p = 0 if prefix_ids is None else prefix_ids.shape[1]
         if p:
-            cache = decoder(input_ids=prefix_ids, use_cache=True).past_key_values
+            with torch.set_grad_enabled(self.prefix_gradients and torch.is_grad_enabled()):
+                cache = decoder(input_ids=prefix_ids, use_cache=True).past_key_values
             cache.batch_repeat_interleave(input_ids.shape[0])
             full_mask = torch.cat([attention_mask.new_ones(input_ids.shape[0], p), attention_mask], dim=1)
             pos = torch.arange(p, p + input_ids.shape[1], device=input_ids.device).expand(input_ids.shape[0], -1)
@@ -257,8 +260,8 @@ class SFTTrainer(GlobalBatchTrainer):
     tokens_seen = 0
     finite = FiniteSteps()
 
-    def __init__(self, model, **kwargs):
-        super().__init__(model=SharedPrefixStep(model), **kwargs)
+    def __init__(self, model, prefix_gradients: bool = True, **kwargs):
+        super().__init__(model=SharedPrefixStep(model, prefix_gradients), **kwargs)
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         # accelerate puts bf16 autocast around the top module's forward only where it wraps it; say it here
@@ -529,7 +532,8 @@ def _fit(model, tokenizer, chunks: list[dict], tp: SFTParams, *, bf16: bool, epo
         args = training_arguments(scratch, tp.model_copy(update={"batch_size": 1}), bf16=bf16, epochs=epochs, max_steps=max_steps,
                                   batch_field=None, lr_scheduler_type=tp.lr_scheduler)
         progress, finite, clock = ProgressCallback("sft"), FiniteSteps(tp.max_skipped_steps), TimeBudget(tp.max_seconds)
-        trainer = SFTTrainer(model=model, args=args, train_dataset=dataset, data_collator=SFTCollator(pad),
+        trainer = SFTTrainer(model=model, prefix_gradients=tp.prefix_gradients, args=args, train_dataset=dataset,
+                             data_collator=SFTCollator(pad),
                              callbacks=[progress, finite, clock])
         trainer.finite = finite
         t0 = time.perf_counter()

@@ -258,6 +258,10 @@ class SFTParams(Strict):
     #: output projection) and the layers below stay frozen, so the backward pass stops at the first
     #: trainable layer (None: every weight). Cheaper steps where compute is scarce (a CPU cold start).
     trainable_layers: PositiveInt | None = None
+    #: whether gradients flow back through each step's shared prefix (for R³A: the system prompt, round 1 and the
+    #: round-2 instructions up to the post); false runs it outside autograd, so only the rows' own tokens are
+    #: back-propagated (7.9 s against 10.0 s a demo step on 2 AVX2 cores, benchmarks/results/demo-levers-cpu-2core)
+    prefix_gradients: bool = True
     #: optimiser steps with a NaN/inf loss or gradient that are skipped (their gradients dropped) before
     #: training stops with a QUALITY error and saves nothing (r3edge.distill.hf_trainer.FiniteSteps)
     max_skipped_steps: int = Field(0, ge=0)
