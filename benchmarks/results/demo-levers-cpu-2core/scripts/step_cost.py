@@ -1,7 +1,7 @@
 """Seconds per step of cold-start settings: a few steps of ``teacher_sft`` each, on the same data.
 
 Usage: ``python step_cost.py DATA_DIR STEPS '{"lora.r": 16}' ...`` (each argument overrides the demo config).
-The ``train.prefix_gradients`` setting of ``step-cost.txt`` was a trial knob in the working tree, not in any commit."""
+``train.prefix_gradients`` (af2aded) was run from the working tree before that commit, with the same code."""
 import json
 import shutil
 import sys
