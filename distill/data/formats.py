@@ -54,6 +54,7 @@ from r3edge.distill.data.pooling import (
     RunHit,
     check_ids,
     check_once,
+    column_number,
     jsonl_objects,
     read_corpus,
     read_qrels,
@@ -413,11 +414,7 @@ def read_beir_qrels(path: Path, qids: set[str] | None = None, docids: set[str] |
                 raise InvalidInput(f"{where}: expected 3 tab-separated columns 'query-id corpus-id score', found {len(row)}",
                                    "write BEIR qrels lines such as 'q1<TAB>d7<TAB>1'", field=flag)
             qid, docid, score = row
-            try:
-                grade = int(score)
-            except ValueError:
-                raise InvalidInput(f"{where}: score {score!r} is not an integer", "write the score (column 3) as 0, 1, 2, ...",
-                                   field=flag) from None
+            grade = column_number(where, "score", score, 3, flag, "0, 1, 2, ...")
             if qids is not None and qid not in qids:
                 raise InvalidInput(f"{where}: query-id {qid!r} is not in the queries file", "add the query, or drop its lines",
                                    field=flag)
@@ -494,11 +491,7 @@ def read_run_file(path: str | Path, qids: set[str] | None = None, docids: set[st
             raise InvalidInput(f"{where}: expected 3 columns 'qid pid rank' (MS MARCO run, as line 1), found {len(parts)}",
                                "write MS MARCO run lines such as '1124703<TAB>8766037<TAB>1'", field=flag)
         qid, docid, rank_s = parts
-        try:
-            rank = int(rank_s)
-        except ValueError:
-            raise InvalidInput(f"{where}: rank {rank_s!r} is not an integer", "write the rank (column 3) as 1, 2, ...",
-                               field=flag) from None
+        rank = column_number(where, "rank", rank_s, 3, flag, "1, 2, ...")
         check_ids(where, qid, docid, qids, docids, flag)
         check_once(seen, qid, docid, lineno, where, flag)
         run.setdefault(qid, []).append(RunHit(docid, rank, None, lineno))

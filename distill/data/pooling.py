@@ -188,6 +188,18 @@ def check_once(seen: dict[tuple[str, str], int], qid: str, docid: str, lineno: i
     seen[qid, docid] = lineno
 
 
+def column_number(where: str, name: str, text: str, column: int, flag: str, example: str | None = None,
+                  cast: type = int):
+    """A run or qrels column read as ``cast`` (``int`` or ``float``), or an error naming the line, the column and
+    the form to write it in (``example``; "a number" for a float)."""
+    try:
+        return cast(text)
+    except ValueError:
+        kind = "an integer" if cast is int else "a number"
+        raise InvalidInput(f"{where}: {name} {text!r} is not {kind}", f"write the {name} (column {column}) as {example or kind}",
+                           field=flag) from None
+
+
 def whitespace_lines(path: Path) -> Iterable[tuple[int, list[str]]]:
     """(line number, whitespace-split columns) of each non-blank line."""
     with path.open(encoding="utf-8") as fh:
@@ -209,16 +221,8 @@ def read_run(path: str | Path, qids: set[str] | None = None, docids: set[str] | 
             raise InvalidInput(f"{where}: expected 6 columns 'qid Q0 docid rank score tag', found {len(parts)}",
                                "write TREC run lines such as 'q1 Q0 d7 1 12.5 myrun'", field=flag)
         qid, _, docid, rank_s, score_s, _ = parts
-        try:
-            rank = int(rank_s)
-        except ValueError:
-            raise InvalidInput(f"{where}: rank {rank_s!r} is not an integer", "write the rank (column 4) as 1, 2, ...",
-                               field=flag) from None
-        try:
-            score = float(score_s)
-        except ValueError:
-            raise InvalidInput(f"{where}: score {score_s!r} is not a number", "write the score (column 5) as a number",
-                               field=flag) from None
+        rank = column_number(where, "rank", rank_s, 4, flag, "1, 2, ...")
+        score = column_number(where, "score", score_s, 5, flag, cast=float)
         check_ids(where, qid, docid, qids, docids, flag)
         check_once(seen, qid, docid, lineno, where, flag)
         run.setdefault(qid, []).append(RunHit(docid, rank, score, lineno))
@@ -241,11 +245,7 @@ def read_qrels(path: str | Path, qids: set[str] | None = None, docids: set[str] 
             raise InvalidInput(f"{where}: expected 4 columns 'qid 0 docid rel', found {len(parts)}",
                                "write TREC qrels lines such as 'q1 0 d7 2'", field=flag)
         qid, _, docid, rel_s = parts
-        try:
-            rel = int(rel_s)
-        except ValueError:
-            raise InvalidInput(f"{where}: grade {rel_s!r} is not an integer", "write the grade (column 4) as 0, 1, 2, ...",
-                               field=flag) from None
+        rel = column_number(where, "grade", rel_s, 4, flag, "0, 1, 2, ...")
         check_ids(where, qid, docid, qids, docids, flag)
         grades = qrels.setdefault(qid, {})
         if docid in grades and grades[docid] != rel:
