@@ -13,6 +13,7 @@ collective.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 
@@ -90,6 +91,34 @@ class GlobalBatchTrainer(Trainer):
         return LengthGroupedSampler(args.train_batch_size * args.gradient_accumulation_steps * args.world_size,
                                     dataset=dataset, lengths=dataset[args.length_column_name])
 
+    def _save(self, output_dir: str | None = None, state_dict: dict | None = None) -> None:
+        """A checkpoint's weights. The Trainer saves a model that is not a ``PreTrainedModel`` (a scoring
+        graph) as its state dict, which safetensors refuses where an LM ties its input and output
+        embeddings; ``safetensors.torch.save_model`` keeps one name of each shared tensor, and the
+        Trainer's non-strict load fills the tie through it."""
+        from safetensors.torch import save_model
+        from transformers import PreTrainedModel
+        from transformers.utils import SAFE_WEIGHTS_NAME
+
+        if isinstance(self.model, PreTrainedModel) or state_dict is not None:
+            return super()._save(output_dir, state_dict)
+        output_dir = output_dir if output_dir is not None else self.args.output_dir
+        if self.args.should_save:
+            os.makedirs(output_dir, exist_ok=True)
+            save_model(self.model, os.path.join(output_dir, SAFE_WEIGHTS_NAME), metadata={"format": "pt"})
+
+    def _issue_warnings_after_load(self, load_result) -> None:
+        """After the Trainer loads a checkpoint's weights (non-strictly): a tied name that :meth:`_save`
+        left out is filled through its twin; any other weight missing or unexpected is an error, since
+        training would go on from weights that are not the checkpoint's."""
+        state = self.model.state_dict()
+        loaded = {state[k].data_ptr() for k in state if k not in set(load_result.missing_keys)}
+        missing = [k for k in load_result.missing_keys if state[k].data_ptr() not in loaded]
+        if missing or load_result.unexpected_keys:
+            raise InvalidInput(f"the checkpoint does not fit the model: missing {missing[:5]}, "
+                               f"unexpected {list(load_result.unexpected_keys)[:5]}",
+                               "resume with the student config the run was started with, or start afresh")
+
 
 class FiniteSteps(TrainerCallback):
     """Skips up to ``budget`` optimiser steps whose loss or gradients are NaN or inf; a QUALITY error at
@@ -165,6 +194,25 @@ class TimeBudget(TrainerCallback):
             control.should_training_stop = True
 
 
+class CheckpointClock(TrainerCallback):
+    """Asks the Trainer for a resumable checkpoint (its own ``checkpoint-N``: weights, optimiser,
+    schedule, RNG, the step reached) after the step that passes ``seconds`` since the last one, and
+    at the step where a callback before this one ended training early (:class:`TimeBudget`), so a run
+    cut by its budget resumes exactly where it ended. Processes decide together."""
+
+    def __init__(self, seconds: float):
+        self.seconds = seconds
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.last = time.perf_counter()
+
+    def on_step_end(self, args, state, control, **kwargs):
+        due = any_process(time.perf_counter() - self.last >= self.seconds, args.device)
+        if due or (control.should_training_stop and state.global_step < state.max_steps):
+            control.should_save = True
+            self.last = time.perf_counter()
+
+
 class ProgressCallback(TrainerCallback):
     """Steps with rate, ETA and the latest loss, as plain lines (the demo and CI have no TTY), from the
     main process only.
@@ -177,7 +225,8 @@ class ProgressCallback(TrainerCallback):
         self.bar: Progress | None = None
 
     def on_train_begin(self, args, state, control, **kwargs):
-        self.bar = Progress(state.max_steps, self.desc) if state.is_world_process_zero else None
+        # a resumed run counts on from its checkpoint's step, and its rate and ETA are this sitting's
+        self.bar = Progress(state.max_steps, self.desc, initial=state.global_step) if state.is_world_process_zero else None
 
     def on_step_end(self, args, state, control, **kwargs):
         if self.bar is not None:

@@ -36,6 +36,7 @@ from r3edge.core.labels import read_labels, read_manifest
 from r3edge.core.progress import Progress
 from r3edge.core.scoring import Encoded, Scorer
 from r3edge.distill.hf_trainer import (
+    CheckpointClock,
     FiniteSteps,
     GlobalBatchTrainer,
     ProgressCallback,
@@ -44,6 +45,7 @@ from r3edge.distill.hf_trainer import (
     process_state,
     training_arguments,
 )
+from r3edge.distill.student.checkpoints import open_run, run_identity, write_record
 from r3edge.distill.student.losses import expected_scores, listwise_kl, margin_mse
 from r3edge.model.loading import native_bf16
 from r3edge.model.student import create_student, save_student, scoring_module
@@ -94,6 +96,11 @@ class QueryGroupSampler(torch.utils.data.Sampler):
 
     def __len__(self) -> int:
         return self.n
+
+    def set_epoch(self, epoch: int) -> None:
+        """The Trainer names the epoch before each one, a resumed run the epoch it resumes in, so the
+        skipped batches and the rest of the epoch are the order an unbroken run drew."""
+        self.epoch = epoch
 
     def __iter__(self):
         rng = np.random.default_rng([self.seed, self.epoch])
@@ -208,13 +215,14 @@ def fit_cosine_head(graph: torch.nn.Module, collator: DistillCollator, dataset: 
                     label_values: tuple[float, ...]) -> dict:
     """Fit a cosine student's label head to the teacher before the encoder trains.
 
-    The encoder is frozen and the query–document cosines of the training pairs are computed once;
-    the head's ``2 × n_labels`` numbers then minimise the training loss (:func:`logits_loss`, the
-    same weights) by L-BFGS. So the encoder's first gradients come from what the base's cosine
-    cannot already express, not from a head that has yet to learn the label scale. Returns the
-    loss before and after and the fitted head, for the report.
+    The encoder is frozen and the query–document cosines of the training pairs (at most
+    ``tp.head_fit_pairs`` of them, :func:`head_fit_rows`) are computed once; the head's ``2 × n_labels``
+    numbers then minimise the training loss (:func:`logits_loss`, the same weights) by L-BFGS. So the
+    encoder's first gradients come from what the base's cosine cannot already express, not from a head
+    that has yet to learn the label scale. Returns the loss before and after and the fitted head, for
+    the report.
     """
-    rows = [dataset[i] for i in range(len(dataset))]
+    rows = [dataset[i] for i in head_fit_rows(len(dataset), tp.head_fit_pairs, tp.seed)]
     order = sorted(range(len(rows)), key=lambda i: len(rows[i]["input_ids"]))
     cos = torch.empty(len(rows), 1)
     was_training = graph.training
@@ -249,8 +257,16 @@ def fit_cosine_head(graph: torch.nn.Module, collator: DistillCollator, dataset: 
     if main:
         print(f"train: cosine head fitted on {len(rows)} pairs with the encoder frozen: loss {before:.4f} -> {after:.4f}",
               flush=True)
-    return {"pairs": len(rows), "loss_before": before, "loss_after": after,
+    return {"pairs": len(rows), "of": len(dataset), "loss_before": before, "loss_after": after,
             "weight": head.weight.detach().squeeze(-1).tolist(), "bias": head.bias.detach().tolist()}
+
+
+def head_fit_rows(n: int, limit: int | None, seed: int) -> list[int]:
+    """The training rows the cosine head is fitted on: all ``n`` up to ``limit``, else a seeded sample
+    of ``limit`` rows in their order."""
+    if limit is None or n <= limit:
+        return list(range(n))
+    return sorted(np.random.default_rng(seed).choice(n, limit, replace=False).tolist())
 
 
 def teacher_targets(table, n_labels: int, labels_dir: Path) -> np.ndarray:
@@ -333,36 +349,57 @@ def train_student(
     max_steps: int | None = None,
     eval_labels_dir: str | Path | None = None,
     drop_unformatted: bool = False,
+    max_seconds: float | None = None,
+    checkpoints: str | Path | None = None,
+    resume: bool = False,
 ) -> Path:
     """Train a student on a complete labels directory and save it (weights + scorer.json + report).
 
     ``drop_unformatted`` keeps only records whose teacher output was well formed; by default all
-    are kept, because the forced score read-out is still the teacher's distribution.
+    are kept, because the forced score read-out is still the teacher's distribution. ``max_seconds``
+    overrides the config's ``train.max_seconds`` for this sitting. ``checkpoints``: a directory for
+    resumable checkpoints (:mod:`r3edge.distill.student.checkpoints`); ``resume`` goes on from its latest.
     """
     labels_dir = Path(labels_dir)
     config = load_yaml(student_config_path, StudentConfig)
     if max_steps is not None and max_steps <= 0:
         raise InvalidInput(f"--max-steps {max_steps} is not positive", "pass a positive number of steps or omit it")
+    if max_seconds is not None:
+        config = config.model_copy(update={"train": TrainParams.model_validate(
+            {**config.train.model_dump(), "max_seconds": max_seconds})})
+    tp = config.train
+    if resume and checkpoints is None:
+        raise InvalidInput("--resume needs the run's directory", "pass --checkpoints DIR, the directory the run was started with")
+    if checkpoints is not None and tp.eval_fraction > 0:
+        raise InvalidInput(f"--checkpoints with train.eval_fraction {tp.eval_fraction}: the best epoch's weights are kept "
+                           "in memory, so a resumed run could not return to them",
+                           "set train.eval_fraction: 0 for a resumable run, or train without --checkpoints")
     table = read_labels(labels_dir)  # refuses an unfinished labelling run
     manifest = read_manifest(labels_dir)
     if eval_labels_dir is not None:
         read_labels(eval_labels_dir, columns=["qid"])  # fail now, not after training, if the held-out set is unusable
     table, counts = _trainable_records(table, labels_dir, drop_unformatted)
+    run = _Run.open(checkpoints, config, table, max_steps=max_steps, drop_unformatted=drop_unformatted, resume=resume)
 
-    tp = config.train
     # Before the model exists: a pretrained encoder's new label head is initialised from the global RNG.
     set_seed(tp.seed)
     lm, scorer = create_student(config)
     dataset, eval_set = _datasets(table, scorer, tp, labels_dir)
     bf16 = tp.bf16 and native_bf16()  # CPU autocast bf16 GEMMs: ~4x faster than fp32 where native, ~7x slower elsewhere
     graph = scoring_module(lm, scorer)
-    head_fit = (fit_cosine_head(graph, DistillCollator(scorer), dataset, tp, scorer.spec.label_values)
-                if scorer.spec.head == "cosine" else None)
+    head_fit = None
+    if scorer.spec.head == "cosine":
+        # a resumed run's checkpoint holds the fitted head (and all else): its first sitting's fit is reported
+        head_fit = run.record.get("cosine_head_fit") if run.resume_from else None
+        if head_fit is None:
+            head_fit = fit_cosine_head(graph, DistillCollator(scorer), dataset, tp, scorer.spec.label_values)
+            run.save(cosine_head_fit=head_fit)
     if tp.freeze_embeddings:
         lm.get_input_embeddings().weight.requires_grad_(False)
     start = ({k: v.detach().to("cpu", copy=True) for k, v in pretrained_state(lm).items()}
              if tp.base_interpolation else None)
-    fit = _fit(graph, scorer, tp, dataset, eval_set, bf16=bf16, max_steps=max_steps)
+    fit = _fit(graph, scorer, tp, dataset, eval_set, bf16=bf16, max_steps=max_steps, checkpoints=run.directory,
+               resume_from=run.resume_from)
     if start is not None:
         interpolate_weights(lm, start, tp.base_interpolation)
     lm.eval()
@@ -383,6 +420,8 @@ def train_student(
         "steps": fit.steps,
         "skipped_steps": fit.skipped_steps,
         "stopped_by_time_at_step": fit.stopped_by_time_at,
+        **({"checkpoints": str(run.directory), "resumed_from_step": run.from_step,
+            "sittings": run.record["sittings"] + [run.sitting(fit)]} if run.directory is not None else {}),
         "batch_size": tp.batch_size,
         "processes": fit.processes,
         "per_device_batch_size": fit.per_device_batch_size,
@@ -394,18 +433,23 @@ def train_student(
         "loss_log": fit.losses,
         "train_loss_mean": fit.train_loss_mean,
         "wall_time_s": round(fit.wall, 2),
-        "seconds_per_step": round(fit.wall / max(1, fit.steps), 3),
+        "seconds_per_step": round(fit.wall / max(1, fit.steps - run.from_step), 3),
         "scorer_fingerprint": scorer.spec.fingerprint(),
         "versions": {"torch": torch.__version__, "python": platform.python_version()},
     }
     if not process_state().is_main_process:  # the main process saves; the others' weights are the same
         return Path(out_dir)
     out = _save_and_evaluate(lm, scorer, out_dir, report, eval_labels_dir)
+    run.end(fit, out)
+    steps = (f"steps {run.from_step}-{fit.steps}" if run.from_step else f"{fit.steps} steps")
     print(
-        f"trained {len(dataset)} pairs, {report['steps']} steps in {fit.wall:.1f} s "
+        f"trained {len(dataset)} pairs, {steps} in {fit.wall:.1f} s "
         f"({report['seconds_per_step']} s/step); loss {_fmt(report['loss_first'])} -> {_fmt(report['loss_last'])}; "
         f"saved {out}"
     )
+    if fit.stopped_by_time_at is not None and run.directory is not None:
+        print(f"train: stopped by the time limit at step {fit.steps}; the same command with --resume goes on from "
+              f"{run.directory}")
     return out
 
 
@@ -489,8 +533,10 @@ class _Fit:
 
 
 def _fit(model: torch.nn.Module, scorer: Scorer, tp: TrainParams, dataset: Dataset, eval_set: Dataset | None, *,
-         bf16: bool, max_steps: int | None) -> _Fit:
-    """Train ``model`` in place; with a held-out set, end on the weights of its best epoch."""
+         bf16: bool, max_steps: int | None, checkpoints: Path | None = None, resume_from: str | None = None) -> _Fit:
+    """Train ``model`` in place; with a held-out set, end on the weights of its best epoch. With
+    ``checkpoints`` the Trainer keeps its latest checkpoint there (:class:`CheckpointClock`);
+    ``resume_from`` is one to go on from."""
     with tempfile.TemporaryDirectory(prefix="r3edge-train-") as scratch:
         extra = {}
         finite, clock = FiniteSteps(tp.max_skipped_steps), TimeBudget(tp.max_seconds)
@@ -500,12 +546,16 @@ def _fit(model: torch.nn.Module, scorer: Scorer, tp: TrainParams, dataset: Datas
             # the loss on held-out queries after every epoch (label_names: the loss needs the teacher's probs)
             extra = dict(eval_strategy="epoch", label_names=["teacher_probs"])
             callbacks.append(best)
-        args = training_arguments(scratch, tp, bf16=bf16, max_steps=max_steps, batch_unit=tp.query_group_size or 1, **extra)
+        if checkpoints is not None:
+            extra["save_total_limit"] = 1  # the latest only, removed after the next one is written whole
+            callbacks.append(CheckpointClock(tp.checkpoint_seconds))  # after TimeBudget: it saves where that stops
+        args = training_arguments(str(checkpoints) if checkpoints is not None else scratch, tp, bf16=bf16,
+                                  max_steps=max_steps, batch_unit=tp.query_group_size or 1, **extra)
         trainer = DistillTrainer(model=model, args=args, train_dataset=dataset, eval_dataset=eval_set,
                                  data_collator=DistillCollator(scorer), callbacks=callbacks)
         trainer.params, trainer.label_values, trainer.finite = tp, scorer.spec.label_values, finite
         t0 = time.perf_counter()
-        result = trainer.train()
+        result = trainer.train(resume_from_checkpoint=resume_from)
         wall = time.perf_counter() - t0
         losses = [(h["step"], h["loss"]) for h in trainer.state.log_history if "loss" in h]
         evals = [(h["epoch"], h["eval_loss"]) for h in trainer.state.log_history if "eval_loss" in h]
@@ -514,6 +564,57 @@ def _fit(model: torch.nn.Module, scorer: Scorer, tp: TrainParams, dataset: Datas
                 train_loss_mean=float(result.training_loss), wall=wall, best_loss=best.loss, best_epoch=best.epoch,
                 skipped_steps=finite.skipped, stopped_by_time_at=clock.stopped_at, processes=args.world_size,
                 per_device_batch_size=args.per_device_train_batch_size, per_device_accumulation=args.gradient_accumulation_steps)
+
+
+@dataclass
+class _Run:
+    """The resumable side of one ``r3edge train`` sitting (no ``--checkpoints``: ``directory`` None and
+    every method a no-op): where it resumes from and what its ``run.json`` records."""
+
+    directory: Path | None = None
+    resume_from: str | None = None
+    record: dict | None = None
+
+    @classmethod
+    def open(cls, checkpoints: str | Path | None, config: StudentConfig, table, *, max_steps: int | None,
+             drop_unformatted: bool, resume: bool) -> _Run:
+        if checkpoints is None:
+            return cls(record={"sittings": []})
+        directory = Path(checkpoints)
+        identity = run_identity(config.model_dump(mode="json"), table, max_steps=max_steps,
+                                drop_unformatted=drop_unformatted)
+        latest, record = open_run(directory, identity, resume=resume)  # every process checks before any writes
+        state = process_state()
+        state.wait_for_everyone()
+        run = cls(directory, latest, record)
+        if latest is None:
+            main_process_log()(f"train: a resumable run in {directory} (a checkpoint every "
+                               f"{config.train.checkpoint_seconds:g} s and where a time limit ends it)", flush=True)
+        else:
+            main_process_log()(f"train: resuming from {latest}", flush=True)
+        run.save()
+        return run
+
+    @property
+    def from_step(self) -> int:
+        return int(Path(self.resume_from).name.rsplit("-", 1)[1]) if self.resume_from else 0
+
+    def sitting(self, fit: _Fit) -> dict:
+        return {"from_step": self.from_step, "to_step": fit.steps, "seconds": round(fit.wall, 2),
+                "stopped_by_time": fit.stopped_by_time_at is not None}
+
+    def save(self, **fields) -> None:
+        if self.directory is None:
+            return
+        self.record.update(fields)
+        if process_state().is_main_process:
+            write_record(self.directory, self.record)
+
+    def end(self, fit: _Fit, out: Path) -> None:
+        if self.directory is None:
+            return
+        finished = {} if fit.stopped_by_time_at is not None else {"finished_at_step": fit.steps, "out": str(out)}
+        self.save(sittings=self.record["sittings"] + [self.sitting(fit)], **finished)
 
 
 def _save_and_evaluate(lm, scorer: Scorer, out_dir: str | Path, report: dict, eval_labels_dir: str | Path | None) -> Path:

@@ -7,6 +7,9 @@ transformers Trainer and writes weights + scorer.json + tokenizer.json + train_r
 Several GPUs: `accelerate launch --multi_gpu --num_processes N -m r3edge train ...` takes the optimiser
 steps one process takes (the config's batch_size x gradient_accumulation_steps is the global batch);
 docs/distillation.md, "Several GPUs".
+
+A run longer than one sitting: `--checkpoints DIR` keeps a resumable checkpoint, `--max-seconds S` ends
+the sitting (saving the student trained so far), and the same command with `--resume` goes on from there.
 """
 
 from __future__ import annotations
@@ -25,6 +28,15 @@ def configure(parser):
                              "by default all are kept, since the forced score read-out is still the teacher's distribution")
     parser.add_argument("--eval-labels", default=None, metavar="DIR",
                         help="held-out labels directory to evaluate after training (metrics go into train_report.json)")
+    parser.add_argument("--max-seconds", type=float, default=None, metavar="S",
+                        help="end this sitting after the step that passes S seconds of training (overrides the "
+                             "config's train.max_seconds); the student is saved, and with --checkpoints the run can resume")
+    parser.add_argument("--checkpoints", default=None, metavar="DIR",
+                        help="keep a resumable checkpoint in DIR (every train.checkpoint_seconds, and where "
+                             "--max-seconds ends the sitting); DIR/run.json records the run")
+    parser.add_argument("--resume", action="store_true",
+                        help="go on from the latest checkpoint in --checkpoints DIR; refused if its labels, config "
+                             "or step limit differ, or if that run already finished")
 
 
 def run(args) -> int:
@@ -35,5 +47,6 @@ def run(args) -> int:
     from r3edge.distill.student.train import train_student
 
     train_student(args.labels_dir, args.student, args.out, max_steps=args.max_steps,
-                  eval_labels_dir=args.eval_labels, drop_unformatted=args.drop_unformatted)
+                  eval_labels_dir=args.eval_labels, drop_unformatted=args.drop_unformatted,
+                  max_seconds=args.max_seconds, checkpoints=args.checkpoints, resume=args.resume)
     return 0

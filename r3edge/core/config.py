@@ -117,6 +117,15 @@ class TrainParams(Strict):
     #: end training after the step that passes this many seconds (None: the configured epochs), so a run
     #: on a lent machine saves its model inside one call; the report says where it stopped
     max_seconds: float | None = Field(None, gt=0)
+    #: with ``r3edge train --checkpoints DIR``: a resumable checkpoint (weights, optimiser, schedule, data
+    #: position, RNG) after the step that passes this many seconds since the last one, and at the step
+    #: where ``max_seconds`` ends the run, so a run longer than a session (a MiniLM epoch over 100k pairs
+    #: on 2 cores) goes on with ``--resume`` where it stopped
+    checkpoint_seconds: float = Field(1800.0, gt=0)
+    #: a cosine student's head is fitted on the cosines of at most this many training pairs (a seeded
+    #: sample; all of them when there are fewer): its 2 × n_labels numbers need no more, and the frozen
+    #: encoder's pass over 100k pairs alone would take hours on a CPU
+    head_fit_pairs: PositiveInt | None = 8192
 
     @model_validator(mode="after")
     def _patience_needs_eval(self):
