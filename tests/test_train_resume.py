@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
 from safetensors.torch import load_file
 from test_cosine_student import tiny_bi_config
 from test_train import teacher_probs, write_labels
@@ -21,6 +22,16 @@ STEPS = 6  # 7 pairs in batches of 4: two steps an epoch, so the sittings below 
 TRAIN = dict(batch_size=4, query_group_size=2, listwise_weight=0.5, margin_mse_weight=0.5, logging_steps=1)
 
 
+def dropout_config(tmp: Path, **train) -> Path:
+    """The tiny cosine student with BERT's dropout (0.1, as all-MiniLM-L6-v2 trains), so that the resumed
+    sittings must also draw the unbroken run's dropout masks."""
+    path = tiny_bi_config(tmp, **train)
+    raw = yaml.safe_load(path.read_text())
+    raw["model"]["architecture"].update(hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1)
+    path.write_text(yaml.safe_dump(raw))
+    return path
+
+
 def train(labels: Path, cfg: Path, out: Path, *extra: str) -> int:
     return main(["train", str(labels), "--student", str(cfg), "--out", str(out), "--max-steps", str(STEPS), *extra])
 
@@ -31,7 +42,7 @@ def runs(tmp_path_factory) -> dict[str, Path]:
     (steps 1, 2 and 3: mid-epoch, an epoch's edge, mid-epoch again), then one to the end."""
     tmp = tmp_path_factory.mktemp("resume")
     labels = write_labels(tmp / "labels")
-    cfg = tiny_bi_config(tmp, **TRAIN)
+    cfg = dropout_config(tmp, **TRAIN)
     assert train(labels, cfg, tmp / "whole") == 0
     ckpt = tmp / "ckpt"
     assert train(labels, cfg, tmp / "cut", "--checkpoints", str(ckpt), "--max-seconds", "0.001") == 0
@@ -78,10 +89,10 @@ def test_resuming_another_runs_checkpoint_or_starting_over_one_is_refused(runs, 
     assert train(other, runs["cfg"], tmp_path / "s", "--checkpoints", str(ckpt), "--resume") == 2
     assert "started with another labels" in capsys.readouterr().err
     # another recipe; a sitting limit alone (max_seconds, checkpoint_seconds) is the same run
-    assert train(runs["labels"], tiny_bi_config(tmp_path, **{**TRAIN, "learning_rate": 1e-3}), tmp_path / "s",
+    assert train(runs["labels"], dropout_config(tmp_path, **{**TRAIN, "learning_rate": 1e-3}), tmp_path / "s",
                  "--checkpoints", str(ckpt), "--resume") == 2
     assert "started with another config" in capsys.readouterr().err
-    assert train(runs["labels"], tiny_bi_config(tmp_path, **TRAIN, checkpoint_seconds=5), tmp_path / "s",
+    assert train(runs["labels"], dropout_config(tmp_path, **TRAIN, checkpoint_seconds=5), tmp_path / "s",
                  "--checkpoints", str(ckpt), "--resume", "--max-seconds", "0.001") == 0
     # --resume without a run
     assert train(runs["labels"], runs["cfg"], tmp_path / "s", "--checkpoints", str(tmp_path / "none"), "--resume") == 2

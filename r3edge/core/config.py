@@ -121,7 +121,7 @@ class TrainParams(Strict):
     #: position, RNG) after the step that passes this many seconds since the last one, and at the step
     #: where ``max_seconds`` ends the run, so a run longer than a session (a MiniLM epoch over 100k pairs
     #: on 2 cores) goes on with ``--resume`` where it stopped
-    checkpoint_seconds: float = Field(1800.0, gt=0)
+    checkpoint_seconds: float = Field(900.0, gt=0)
     #: a cosine student's head is fitted on the cosines of at most this many training pairs (a seeded
     #: sample; all of them when there are fewer): its 2 × n_labels numbers need no more, and the frozen
     #: encoder's pass over 100k pairs alone would take hours on a CPU
