@@ -293,6 +293,52 @@ def test_torch_query_and_document_graphs_equal_the_single_cosine_graph(trained_b
     np.testing.assert_allclose(alone, together, atol=1e-5, rtol=0)
 
 
+@pytest.mark.parametrize("side", ["left", "right"])
+def test_query_once_training_graph_gives_the_single_graphs_logits(trained_bi, side):
+    """train.query_once's step embeds each query of a batch once (the prefix-reuse graphs): in eval mode its
+    logits for a batch of rows of two queries, in mixed order, are the single cosine graph's."""
+    import dataclasses
+
+    import torch
+
+    from r3edge.core.scoring import Scorer
+    from r3edge.distill.student.query_once import QueryOnceCosine
+    from r3edge.distill.student.train import DistillCollator, build_dataset
+    from r3edge.model.student import load_student, scoring_module
+
+    lm, scorer = load_student(trained_bi)
+    lm.eval()
+    scorer = Scorer(dataclasses.replace(scorer.spec, padding_side=side), scorer.tokenizer)
+    queries = ["a second query", QUERY, QUERY, "a second query", QUERY, QUERY]
+    docs = [DOCS[0], DOCS[1], DOCS[2], DOCS[3], DOCS[-3], DOCS[4]]
+    rows = build_dataset(scorer, queries, docs, np.full((len(docs), 3), 1 / 3)).to_list()
+    single, once = scoring_module(lm, scorer), QueryOnceCosine(scoring_module(lm, scorer), right_padded=side == "right")
+    packed, split = DistillCollator(scorer)(rows), DistillCollator(scorer, query_once=True)(rows)
+    assert len(split["query_prefixes"]) == 2 and split["row_query"].tolist() == [0, 1, 1, 0, 1, 1]
+    assert split["input_ids"].numel() + sum(p.numel() for p in split["query_prefixes"]) < packed["input_ids"].numel()
+    with torch.no_grad():
+        ref = single(packed["input_ids"], packed["attention_mask"])
+        got = once(split["input_ids"], split["attention_mask"], split["query_prefixes"], split["row_query"])
+    assert float(ref[:, 2].max() - ref[:, 2].min()) > 1e-3  # the rows really score differently
+    torch.testing.assert_close(got, ref, atol=1e-5, rtol=0)
+
+
+def test_a_query_once_student_trains_and_only_a_cosine_student_may(tmp_path):
+    from r3edge.cli import main
+    from r3edge.core.config import StudentConfig, load_yaml
+
+    labels = write_labels(tmp_path / "labels")
+    cfg = tiny_bi_config(tmp_path, batch_size=4, query_group_size=2, listwise_weight=0.5, query_once=True)
+    assert main(["train", str(labels), "--student", str(cfg), "--out", str(tmp_path / "s"), "--max-steps", "6"]) == 0
+    report = json.loads((tmp_path / "s" / "train_report.json").read_text())
+    assert report["config"]["train"]["query_once"] and report["loss_last"] < report["loss_first"]
+    cross = yaml.safe_load((CONFIGS / "student" / "minilm-cqa.yaml").read_text())
+    cross["train"]["query_once"] = True
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(cross))
+    with pytest.raises(R3EdgeError, match="query_once"):
+        load_yaml(tmp_path / "c.yaml", StudentConfig)
+
+
 def test_cosine_prefix_reuse_exports_fused_fp32_and_int8_graphs_and_serves_them(trained_bi, sample_pairs_file, tmp_path):
     from r3edge.cli import main
     from r3edge.core.onnx_runtime import OnnxRuntime

@@ -126,3 +126,17 @@ def test_a_causal_student_whose_embeddings_are_tied_resumes_to_the_same_weights(
     whole, cut = (load_file(tmp_path / k / "model.safetensors") for k in ("whole", "cut"))
     for k in whole:
         torch.testing.assert_close(cut[k], whole[k], rtol=0, atol=1e-6, msg=f"{k} differs after resuming")
+
+
+def test_a_query_once_run_resumes_to_the_same_weights(tmp_path):
+    """train.query_once trains through two graphs that share the student's weights; its checkpoint keeps
+    them once, and the resumed sitting ends on the unbroken run's weights."""
+    labels = write_labels(tmp_path / "labels")
+    cfg = dropout_config(tmp_path, **TRAIN, query_once=True)
+    assert train(labels, cfg, tmp_path / "whole") == 0
+    ckpt = ["--checkpoints", str(tmp_path / "ckpt")]
+    assert train(labels, cfg, tmp_path / "cut", *ckpt, "--max-seconds", "0.001") == 0
+    assert train(labels, cfg, tmp_path / "cut", *ckpt, "--resume") == 0
+    whole, cut = (load_file(tmp_path / k / "model.safetensors") for k in ("whole", "cut"))
+    for k in whole:
+        torch.testing.assert_close(cut[k], whole[k], rtol=0, atol=1e-6, msg=f"{k} differs after resuming")

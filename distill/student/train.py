@@ -47,6 +47,7 @@ from r3edge.distill.hf_trainer import (
 )
 from r3edge.distill.student.checkpoints import open_run, run_identity, write_record
 from r3edge.distill.student.losses import expected_scores, listwise_kl, margin_mse
+from r3edge.distill.student.query_once import QUERY_ONCE_INPUTS, QueryOnceCosine, collate_query_once
 from r3edge.model.loading import native_bf16
 from r3edge.model.student import create_student, save_student, scoring_module
 
@@ -55,12 +56,15 @@ PROB_TOLERANCE = 1e-3
 
 
 class DistillCollator:
-    """Pads through ``Scorer.collate`` so training batches look exactly like serving batches."""
+    """Pads through ``Scorer.collate`` so training batches look exactly like serving batches; with
+    ``query_once``, as the prefix-reuse graphs read a request (:mod:`r3edge.distill.student.query_once`)."""
 
-    def __init__(self, scorer: Scorer):
-        self.scorer = scorer
+    def __init__(self, scorer: Scorer, query_once: bool = False):
+        self.scorer, self.query_once = scorer, query_once
 
     def __call__(self, features: list[dict]) -> dict[str, torch.Tensor]:
+        if self.query_once:
+            return {**collate_query_once(self.scorer, features), **self.targets(features)}
         encoded = [Encoded(f["input_ids"], f["doc_tokens"], f["doc_tokens_dropped"]) for f in features]
         ids, mask = self.scorer.collate(encoded)
         return {"input_ids": torch.from_numpy(ids), "attention_mask": torch.from_numpy(mask), **self.targets(features)}
@@ -165,7 +169,8 @@ def distillation_loss(model: torch.nn.Module, inputs: dict[str, torch.Tensor], *
     """``(loss, label logits)`` for a collated batch: :func:`logits_loss` (its keywords are ``settings``)
     on the label logits of ``model``, a scoring module. The loss sees only its ``[batch, n_labels]``
     output, so nothing else of an LM head receives a gradient."""
-    logits = model(inputs["input_ids"], inputs["attention_mask"]).float()
+    extra = {k: inputs[k] for k in QUERY_ONCE_INPUTS if k in inputs}
+    logits = model(inputs["input_ids"], inputs["attention_mask"], **extra).float()
     return logits_loss(logits, inputs, **settings), logits
 
 
@@ -299,6 +304,7 @@ def build_dataset(scorer: Scorer, queries: list[str], documents: list[str], targ
             "input_ids": [e.input_ids for e in encoded],
             "doc_tokens": [e.doc_tokens for e in encoded],
             "doc_tokens_dropped": [e.doc_tokens_dropped for e in encoded],
+            "prefix_len": [e.prefix_len for e in encoded],
             "length": [len(e.input_ids) for e in encoded],
             "teacher_probs": targets.astype(np.float32).tolist(),
             "gold": [-1 if g is None else int(g) for g in (gold or [None] * len(encoded))],
@@ -537,6 +543,8 @@ def _fit(model: torch.nn.Module, scorer: Scorer, tp: TrainParams, dataset: Datas
     """Train ``model`` in place; with a held-out set, end on the weights of its best epoch. With
     ``checkpoints`` the Trainer keeps its latest checkpoint there (:class:`CheckpointClock`);
     ``resume_from`` is one to go on from."""
+    if tp.query_once:  # the same weights, each query of a batch embedded once
+        model = QueryOnceCosine(model, right_padded=scorer.spec.padding_side == "right")
     with tempfile.TemporaryDirectory(prefix="r3edge-train-") as scratch:
         extra = {}
         finite, clock = FiniteSteps(tp.max_skipped_steps), TimeBudget(tp.max_seconds)
@@ -552,7 +560,7 @@ def _fit(model: torch.nn.Module, scorer: Scorer, tp: TrainParams, dataset: Datas
         args = training_arguments(str(checkpoints) if checkpoints is not None else scratch, tp, bf16=bf16,
                                   max_steps=max_steps, batch_unit=tp.query_group_size or 1, **extra)
         trainer = DistillTrainer(model=model, args=args, train_dataset=dataset, eval_dataset=eval_set,
-                                 data_collator=DistillCollator(scorer), callbacks=callbacks)
+                                 data_collator=DistillCollator(scorer, tp.query_once), callbacks=callbacks)
         trainer.params, trainer.label_values, trainer.finite = tp, scorer.spec.label_values, finite
         t0 = time.perf_counter()
         result = trainer.train(resume_from_checkpoint=resume_from)

@@ -126,6 +126,10 @@ class TrainParams(Strict):
     #: sample; all of them when there are fewer): its 2 × n_labels numbers need no more, and the frozen
     #: encoder's pass over 100k pairs alone would take hours on a CPU
     head_fit_pairs: PositiveInt | None = 8192
+    #: a cosine student's step embeds each query of the batch once, through the prefix-reuse graphs, instead
+    #: of once per candidate row (r3edge.distill.student.query_once): the same function, fewer tokens; a
+    #: query's dropout mask is then one per step for all its rows
+    query_once: bool = False
 
     @model_validator(mode="after")
     def _patience_needs_eval(self):
@@ -160,6 +164,9 @@ class StudentConfig(Strict):
         if self.model.kind == "encoder" and self.scorer.instruction is not None:
             raise ValueError("an encoder student reads [CLS] query [SEP] document [SEP] and no instruction: "
                              "drop scorer.instruction")
+        if self.train.query_once and self.model.kind != "biencoder":
+            raise ValueError(f"train.query_once embeds each query once, which only a cosine student (model.kind: "
+                             f"biencoder) can: its query never attends to the document; this is a {self.model.kind}")
         if self.model.kind == "biencoder" and self.scorer.instruction is not None:
             raise ValueError("a biencoder student reads [CLS] query [SEP] [CLS] document [SEP] and no instruction: "
                              "drop scorer.instruction")
