@@ -18,8 +18,10 @@ import time
 from collections.abc import Callable
 
 import torch
-from transformers import Trainer, TrainerCallback, TrainingArguments
+from safetensors.torch import save_model
+from transformers import PreTrainedModel, Trainer, TrainerCallback, TrainingArguments
 from transformers.trainer_pt_utils import LengthGroupedSampler
+from transformers.utils import SAFE_WEIGHTS_NAME
 
 from r3edge.core.errors import ErrorKind, InvalidInput, R3EdgeError
 from r3edge.core.progress import Progress
@@ -96,10 +98,6 @@ class GlobalBatchTrainer(Trainer):
         graph) as its state dict, which safetensors refuses where an LM ties its input and output
         embeddings; ``safetensors.torch.save_model`` keeps one name of each shared tensor, and the
         Trainer's non-strict load fills the tie through it."""
-        from safetensors.torch import save_model
-        from transformers import PreTrainedModel
-        from transformers.utils import SAFE_WEIGHTS_NAME
-
         if isinstance(self.model, PreTrainedModel) or state_dict is not None:
             return super()._save(output_dir, state_dict)
         output_dir = output_dir if output_dir is not None else self.args.output_dir

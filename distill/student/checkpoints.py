@@ -18,22 +18,21 @@ from pathlib import Path
 from r3edge.core.errors import InvalidInput
 
 RUN_FILE = "run.json"
-#: what a resumed sitting must share with the first: ``train.max_seconds`` and ``train.checkpoint_seconds``
-#: are limits of one sitting, left out of the config's digest
-IDENTITY = ("config", "labels", "max_steps", "drop_unformatted")
+#: limits of one sitting, left out of the config's digest: a resumed sitting may change them
 SITTING_LIMITS = ("max_seconds", "checkpoint_seconds")
 
 
 def run_identity(config: dict, table, *, max_steps: int | None, drop_unformatted: bool) -> dict:
     """What makes two sittings one run: digests of the config (less its sitting limits) and of the
-    labelled records (ids, texts, teacher distributions, gold), and the step limit."""
+    labelled records (ids, texts, teacher distributions, gold), and the step limit: what a resumed
+    sitting must share with the first."""
     config = {**config, "train": {k: v for k, v in config["train"].items() if k not in SITTING_LIMITS}}
     labels = hashlib.sha256()
     for col in ("qid", "docid", "query", "text", "probs", "gold"):
         if col in table.column_names:
             labels.update(json.dumps(table.column(col).to_pylist()).encode())
-    return {"config": _digest(json.dumps(config, sort_keys=True).encode()), "labels": labels.hexdigest()[:16],
-            "max_steps": max_steps, "drop_unformatted": drop_unformatted}
+    return {"config": hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:16],
+            "labels": labels.hexdigest()[:16], "max_steps": max_steps, "drop_unformatted": drop_unformatted}
 
 
 def open_run(directory: Path, identity: dict, *, resume: bool) -> tuple[str | None, dict]:
@@ -51,10 +50,10 @@ def open_run(directory: Path, identity: dict, *, resume: bool) -> tuple[str | No
         raise InvalidInput(f"--resume: {directory} holds no run ({RUN_FILE} is missing)",
                            "run without --resume to start one there")
     record = json.loads(run_file.read_text())
-    for key in IDENTITY:
-        if record.get(key) != identity[key]:
+    for key, now in identity.items():
+        if record.get(key) != now:
             raise InvalidInput(f"--resume: the run in {directory} was started with another {key} "
-                               f"({record.get(key)!r} there, {identity[key]!r} now)",
+                               f"({record.get(key)!r} there, {now!r} now)",
                                "resume with the same labels, student config, --max-steps and --drop-unformatted, "
                                "or start afresh in a new --checkpoints directory")
     if record.get("finished_at_step") is not None:
@@ -81,7 +80,3 @@ def write_record(directory: Path, record: dict) -> None:
     tmp = directory / f".{RUN_FILE}.tmp"
     tmp.write_text(json.dumps(record, indent=2) + "\n")
     os.replace(tmp, directory / RUN_FILE)
-
-
-def _digest(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()[:16]

@@ -592,15 +592,15 @@ class _Run:
         identity = run_identity(config.model_dump(mode="json"), table, max_steps=max_steps,
                                 drop_unformatted=drop_unformatted)
         latest, record = open_run(directory, identity, resume=resume)  # every process checks before any writes
-        state = process_state()
-        state.wait_for_everyone()
+        process_state().wait_for_everyone()
         run = cls(directory, latest, record)
+        if not resume:
+            run.save()  # a resumed run's record is on disk already
         if latest is None:
             main_process_log()(f"train: a resumable run in {directory} (a checkpoint every "
                                f"{config.train.checkpoint_seconds:g} s and where a time limit ends it)", flush=True)
         else:
             main_process_log()(f"train: resuming from {latest}", flush=True)
-        run.save()
         return run
 
     @property
