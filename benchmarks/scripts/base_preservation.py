@@ -115,7 +115,9 @@ def main() -> None:
         scoring = lm_score_fn(lm.eval(), scorer, name=name, overflow=args.overflow)
         rows.append({"system": f"{name} ({load_yaml(name, StudentConfig).model.kind}), trained",
                      **{k: ndcg(scoring, v) for k, v in sets.items()},
-                     "train_pairs": report["n_examples"]["trained_on"], "train_s": report["wall_time_s"],
+                     "train_pairs": report["n_examples"]["trained_on"],
+                     # a run trained in sittings (`r3edge train --resume`): its wall_time_s is the last sitting's
+                     "train_s": sum(s["seconds"] for s in report.get("sittings") or []) or report["wall_time_s"],
                      "wall_s": round(time.time() - t0, 1)})
         print(json.dumps(rows[-1]), flush=True)
         if alphas:
