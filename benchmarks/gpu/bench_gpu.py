@@ -555,7 +555,9 @@ def main(argv=None) -> int:
     r.add_argument("--reps", type=int, default=1, help="timed passes of the in-process systems over --max-requests")
     r.add_argument("--budget-s", type=float, default=500.0)
     r.add_argument("--part-min-s", type=float, default=60.0)
-    r.add_argument("--causal-min-s", type=float, default=150.0)
+    r.add_argument("--causal-min-s", type=float, default=300.0,
+                   help="start the causal part only with this much budget left: its export is ~250 s there (estimated "
+                        "from 351 s on 2 AVX2 cores, benchmarks/results/export-1p5b-cpu-2core), then two requests")
     r.add_argument("--pytest-json", help="run.sh's summary of the GPU tests, folded into results.json")
     r.add_argument("--smoke", action="store_true")
     args = ap.parse_args(argv)

