@@ -56,7 +56,7 @@ case "${1:-}" in
     unbundle
     [ "$SMOKE" != 1 ] && cuda_library_path "$PY"
     "$PY" benchmarks/gpu/label_100k/student_1p5b.py --work "$R3/work-student" --out "$OUT" --gguf-dir "$R3/gguf" \
-      --requests "$S/fid/dev.jsonl" ${LABELS_TRAIN:+--labels "$LABELS_TRAIN" --calib-labels "$LABELS_TRAIN"} \
+      --requests "$S/fid/dev.jsonl" ${LABELS_TRAIN:+--labels "$LABELS_TRAIN"} \
       ${LABELS_DEV:+--dev-labels "$LABELS_DEV"} --budget-s "$BUDGET_S" "${FLAGS[@]}" 2>&1 \
       | tee "$R3/student.log" | grep -v "^\s*$" | tail -60 ;;
   flush) "$PY" benchmarks/gpu/label_100k/label_100k.py flush --work "$R3/work" --out "$OUT" ;;

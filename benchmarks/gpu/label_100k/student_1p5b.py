@@ -17,6 +17,7 @@ result.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import shutil
 import sys
@@ -156,6 +157,7 @@ def run(args) -> int:
     steps = 3 if args.smoke else max(1, int(train_s / args.s_per_step))
     t0 = time.time()
     student = train_student(labels, config, work / "student", max_steps=steps, max_seconds=train_s * 1.25)
+    gc.collect()  # the Trainer's optimiser states (~18 GB on the GPU) go before the next steps load the student again
     report = json.loads((student / "train_report.json").read_text())
     shutil.copyfile(student / "train_report.json", out / "train_report.json")
     save("train", {"wall_s": round(time.time() - t0, 1), "planned_steps": steps, "steps": report["steps"],
@@ -333,7 +335,8 @@ def main(argv=None) -> int:
     p.add_argument("--labels", default=str(JUDGE_LABELS / "train"), help="the labels to learn from (a committed folder)")
     p.add_argument("--dev-labels", default=str(JUDGE_LABELS / "dev"), help="C dev, labelled by the same judge")
     p.add_argument("--calib-labels", default=str(JUDGE_LABELS / "train"),
-                   help="pairs with gold labels for the calibration fit (C train, as the committed calibrations)")
+                   help="pairs with gold labels for the calibration fit: C train, as the committed calibrations (only "
+                        "the gold labels and the student's logits enter the fit, so any judge's C train labels serve)")
     p.add_argument("--requests", required=True, help="C dev as top-100 lists (a pairs JSONL): the latency requests")
     p.add_argument("--n-requests", type=int, default=20, help="top-100s timed in torch")
     p.add_argument("--load-requests", type=int, default=40, help="served requests at concurrency 1 (x2 at 16)")
