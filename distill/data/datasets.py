@@ -129,6 +129,38 @@ def semeval_dev_split(data_dir: str | Path) -> SemevalSplit:
 
 
 @dataclass
+class DevContent:
+    """Which train questions and comments carry dev content, by the rules :func:`semeval_train_collection` leaves
+    them out by (also applied to older train pairs, such as fidelity's C train, that were never pooled that way): a
+    question whose text is a dev question's; a comment of a thread whose question is a dev question; a comment whose
+    titled text is a dev comment's."""
+
+    dev: SemevalSplit
+    #: a related thread's id -> its question (subtask B train)
+    thread_question: dict[str, str]
+
+    @classmethod
+    def of(cls, data_dir: str | Path) -> DevContent:
+        return cls(semeval_dev_split(data_dir),
+                   {c.docid: c.text for q in read_queries(semeval_file(data_dir, "B", "train")) for c in q.candidates})
+
+    def question(self, text: str) -> str | None:
+        """``"dev_questions"`` when a train question's text is a dev question's, else None."""
+        return "dev_questions" if text in self.dev.questions else None
+
+    def comment(self, docid: str, titled: str, thread: str | None = None) -> str | None:
+        """Why a train comment is dev content (``"dev_thread_comments"``, ``"dev_comments"``) or None. ``thread`` is
+        its thread's question where the caller has it (subtask A: the query); else it is looked up by the id."""
+        if thread is None:
+            thread = self.thread_question.get(docid.rsplit("_", 1)[0])
+        if thread in self.dev.questions:
+            return "dev_thread_comments"
+        if titled in self.dev.comments:
+            return "dev_comments"
+        return None
+
+
+@dataclass
 class SemevalTrainPool:
     """Pooling's inputs from the train split, and what was left out and why (counts)."""
 
@@ -149,8 +181,8 @@ def semeval_train_collection(data_dir: str | Path) -> SemevalTrainPool:
     whose titled text is a dev comment's, and repeated texts (the first query or comment with a text is kept).
     A train id that *is* a dev id (or names a dev thread or question) is an error: the files are mixed up.
     :func:`check_not_dev` then checks the result against the dev split."""
-    dev = semeval_dev_split(data_dir)
-    thread_question = {c.docid: c.text for q in read_queries(semeval_file(data_dir, "B", "train")) for c in q.candidates}
+    rules = DevContent.of(data_dir)
+    dev = rules.dev
     left = dict.fromkeys(("dev_questions", "dev_thread_comments", "dev_comments", "repeated_questions",
                           "repeated_comments"), 0)
     queries: dict[str, Query] = {}
@@ -160,7 +192,7 @@ def semeval_train_collection(data_dir: str | Path) -> SemevalTrainPool:
         for q in semeval_queries(data_dir, subtask, "train", aux_k=0):
             check_not_dev([Query(q.qid, "")], [Doc(c.docid, "") for c in q.candidates], SemevalSplit(ids=dev.ids),
                           data_dir)
-            if q.query in dev.questions:
+            if rules.question(q.query):
                 left["dev_questions"] += 1
             elif q.query in queries:
                 left["repeated_questions"] += 1
@@ -172,11 +204,9 @@ def semeval_train_collection(data_dir: str | Path) -> SemevalTrainPool:
                     continue
                 seen.add(c.docid)
                 text = c.text if subtask == "C" else _titled(c.text, subject)
-                thread = q.query if subtask == "A" else thread_question.get(c.docid.rsplit("_", 1)[0])
-                if thread in dev.questions:
-                    left["dev_thread_comments"] += 1
-                elif text in dev.comments:
-                    left["dev_comments"] += 1
+                why = rules.comment(c.docid, text, q.query if subtask == "A" else None)
+                if why:
+                    left[why] += 1
                 elif text in docs:
                     left["repeated_comments"] += 1
                 else:

@@ -1,28 +1,22 @@
 """C train's committed labels without the pairs that carry C dev content, by the rules `r3edge pairs --semeval` uses
-(distill/data/datasets.py, semeval_train_collection): a question whose text is a dev question's, a comment of a
-thread whose question is a dev question, a comment whose titled text is a dev comment's."""
+(`DevContent` in distill/data/datasets.py, the rules of semeval_train_collection): a question whose text is a dev
+question's, a comment of a thread whose question is a dev question, a comment whose titled text is a dev comment's."""
 import sys
 from collections import Counter
 from pathlib import Path
 
 from r3edge.core.labels import read_labels, read_manifest, write_manifest, write_shard
-from r3edge.core.pairs import read_queries
-from r3edge.distill.data.datasets import semeval_dev_split, semeval_file
+from r3edge.distill.data.datasets import DevContent
 
 data, src, out = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3])
-dev = semeval_dev_split(data)
-thread_question = {c.docid: c.text for q in read_queries(semeval_file(data, "B", "train")) for c in q.candidates}
+rules = DevContent.of(data)
 rows = read_labels(src).to_pylist()
 why = Counter()
 kept = []
 for r in rows:
-    thread = thread_question.get(r["docid"].rsplit("_", 1)[0])
-    if r["query"] in dev.questions:
-        why["dev_question"] += 1
-    elif thread in dev.questions:
-        why["dev_thread_comment"] += 1
-    elif r["text"] in dev.comments:
-        why["dev_comment"] += 1
+    reason = rules.question(r["query"]) or rules.comment(r["docid"], r["text"])  # C's comments are titled
+    if reason:
+        why[reason] += 1
     else:
         kept.append(r)
 out.mkdir(parents=True)

@@ -15,7 +15,7 @@ import numpy as np
 from r3edge.core.labels import read_labels
 from r3edge.core.metrics import ndcg_at_k
 from r3edge.core.pairs import read_queries
-from r3edge.distill.data.datasets import _titled, semeval_dev_split, semeval_file, semeval_queries, write_fidelity_pairs
+from r3edge.distill.data.datasets import DevContent, _titled, semeval_queries, write_fidelity_pairs
 
 DATA = sys.argv[1] if len(sys.argv) > 1 else "../shared/data/semeval2016-cqa"
 LABELS = "benchmarks/results/judge-qwen-coder-cold-start-lora-h100/labels"
@@ -36,24 +36,22 @@ def teacher_ndcg(keep) -> dict:
 
 
 def gold_pool_dev_content() -> dict:
-    dev = semeval_dev_split(DATA)
-    thread_question = {c.docid: c.text for q in read_queries(semeval_file(DATA, "B", "train")) for c in q.candidates}
+    rules = DevContent.of(DATA)
     with tempfile.TemporaryDirectory() as tmp:
         t = Path(tmp)
         write_fidelity_pairs(DATA, t / "sft-gold.jsonl", t / "train.jsonl", t / "dev.jsonl", sft_queries=1000)
         pool = read_queries(t / "sft-gold.jsonl")
     out = Counter(pairs=sum(len(q.candidates) for q in pool), questions=len(pool))
     for q in pool:
-        if q.query in dev.questions:
+        if rules.question(q.query):
             out["dev_question_pairs"] += len(q.candidates)
             out["dev_questions"] += 1
             continue
         subject = q.query.split("\n", 1)[0].strip()
-        for c in q.candidates:
-            if thread_question.get(c.docid.rsplit("_", 1)[0]) in dev.questions:
-                out["dev_thread_comments"] += 1
-            elif c.text in dev.comments or _titled(c.text, subject) in dev.comments:
-                out["dev_comments"] += 1
+        for c in q.candidates:  # subtask A's comments come untitled, C's titled: either form counts
+            why = rules.comment(c.docid, c.text) or rules.comment(c.docid, _titled(c.text, subject))
+            if why:
+                out[why] += 1
     return dict(out)
 
 
