@@ -97,14 +97,13 @@ def _calibrated_ece(fit_logits, fit_gold, logits, gold) -> dict:
 
     from r3edge.core.calibration import fit_temperature_and_bias, reliability
     from r3edge.core.errors import InvalidInput
+    from r3edge.core.scoring import softmax
 
     try:
         t, bias = fit_temperature_and_bias(fit_logits, fit_gold)
     except InvalidInput as exc:  # a student that ranks C train's gold backwards (the smoke's random one)
         return {"error": str(exc), "fit_pairs": len(fit_gold)}
-    z = np.asarray(logits) / t + np.asarray(bias)
-    p = np.exp(z - z.max(axis=1, keepdims=True))
-    p /= p.sum(axis=1, keepdims=True)
+    p = softmax(np.asarray(logits) / t + np.asarray(bias))
     return {"temperature": t, "bias": list(bias), "ece": reliability(p, gold)["ece"],
             "accuracy": float((p.argmax(1) == np.asarray(gold)).mean()), "fit_pairs": len(fit_gold)}
 
