@@ -120,6 +120,23 @@ def test_a_wrong_label_prior_needs_the_bias_that_fit_temperature_and_bias_recove
     assert with_bias < 0.02 and with_bias < temperature_only / 2
 
 
+def test_calibrated_ece_fits_on_one_set_and_measures_on_another():
+    """The reported figure: fitted on a calibration set, measured on held-out pairs of the same distribution; from
+    label probabilities too (a log is a logit up to a constant the bias absorbs)."""
+    from r3edge.core.calibration import calibrated_ece, reliability
+    from r3edge.core.scoring import softmax
+
+    logits, gold = _overconfident(n=6000, seed=2)
+    fit, held = slice(0, 3000), slice(3000, None)
+    got = calibrated_ece(logits[fit], gold[fit], logits[held], gold[held])
+    assert got["temperature"] == pytest.approx(3.0, rel=0.1) and got["fit_pairs"] == 3000 and got["n"] == 3000
+    assert got["ece"] < 0.03 < reliability(softmax(logits[held]), gold[held])["ece"]
+    logp = np.log(softmax(logits))
+    assert calibrated_ece(logp[fit], gold[fit], logp[held], gold[held])["ece"] == pytest.approx(got["ece"], abs=1e-6)
+    # measured on the held-out pairs, not on the fitting ones
+    assert got["ece"] != pytest.approx(calibrated_ece(logits[fit], gold[fit], logits[fit], gold[fit])["ece"])
+
+
 def test_label_bias_lives_in_the_scorer_spec_and_changes_no_input(tiny_artifact):
     from r3edge.core.errors import InvalidInput
     from r3edge.core.scoring import Scorer, ScorerSpec

@@ -30,6 +30,8 @@ TOOLS = {
     "profile": ("r3edge.commands.bench_profile", "ONNX Runtime's profile of each variant, kernel ms summed per op type"),
     "variants": ("r3edge.commands.bench_variants", "which variant to serve here: every variant timed beside its fidelity to fp32"),
     "peers": ("r3edge.commands.bench_peers", "a cosine student served by r3edge vs sentence-transformers on the same weights"),
+    "chain": ("r3edge.commands.bench_chain", "the distillation chain in one report: teachers, students and floors, "
+                                             "quality with calibrated ECE, latency per hardware"),
 }
 
 

@@ -102,6 +102,20 @@ def fit_temperature_and_bias(logits, gold, *, iterations: int = 100) -> tuple[fl
     return float(1.0 / theta[0]), (0.0, *map(float, theta[1:]))
 
 
+def calibrated_ece(fit_logits, fit_gold, logits, gold) -> dict:
+    """``r3edge calibrate --bias``'s fit (temperature + per-label bias) on one gold-labelled set, applied to
+    another: the calibrated top-label ECE and accuracy a user gets on the second after calibrating on the first
+    (a reported figure, so fit and measure never share pairs). Label probabilities work as ``logits`` after a
+    log: the fit absorbs any temperature they were made with."""
+    from r3edge.core.scoring import softmax
+
+    t, bias = fit_temperature_and_bias(fit_logits, fit_gold)
+    z, y = _checked(logits, gold)
+    p = softmax(z / t + np.asarray(bias))
+    return {"temperature": t, "bias": list(bias), "ece": reliability(p, y)["ece"],
+            "accuracy": float((p.argmax(1) == y).mean()), "fit_pairs": len(fit_gold), "n": len(y)}
+
+
 def reliability(probs, gold, bins: int = ECE_BINS) -> dict:
     """Top-label ECE and the per-bin points of a reliability diagram.
 

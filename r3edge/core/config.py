@@ -388,6 +388,50 @@ class TeacherGRPOConfig(Strict):
     vllm: GRPOVLLM | None = None
 
 
+class ChainTeacher(Strict):
+    """A teacher row of `r3edge bench chain`: its labels of the evaluation split (and of the calibration split)."""
+
+    name: str
+    labels: str
+    fit_labels: str | None = None
+    #: where it labelled, as the row names it (label files carry no machine description); None: not timed
+    hardware: str | None = None
+
+
+class ChainStudent(Strict):
+    """A student row: an artifact (`r3edge export`) served here, its default variant unless ``variant``."""
+
+    name: str
+    artifact: str
+    variant: str | None = None
+    learnt_from: str | None = None
+
+
+class ChainImported(Strict):
+    """A student measured on another machine: the ``results.json`` of the GPU student call."""
+
+    results: str
+    name: str | None = None
+    learnt_from: str | None = None
+
+
+class ChainConfig(Strict):
+    """`r3edge bench chain`'s rows: the teachers, the students they taught, rows measured elsewhere and the base
+    encoders whose cosine is a floor (student config names); the first-stage order and BM25 are always floors.
+    ``not_run`` lists the rows the chain still lacks, so the report says so instead of leaving them out silently."""
+
+    kind: ClassVar[str] = "bench"
+    name: str
+    title: str | None = None
+    teachers: list[ChainTeacher] = []
+    students: list[ChainStudent] = []
+    imported: list[ChainImported] = []
+    base_students: list[str] = []
+    not_run: list[str] = []
+    #: timed top-10 requests per served student (concurrency 1)
+    requests: PositiveInt = 20
+
+
 def shipped_configs(kind: str) -> list[str]:
     """Names of the configs of ``kind`` (``teacher``, ``student``, ``serve``, ``sft``, ``grpo``) shipped with r3edge."""
     folder = resources.files("r3edge.configs") / kind

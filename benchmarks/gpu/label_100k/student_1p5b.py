@@ -92,20 +92,14 @@ def _torch_latency(lm, scorer, queries, device: str) -> dict:
 
 
 def _calibrated_ece(fit_logits, fit_gold, logits, gold) -> dict:
-    """`r3edge calibrate --bias`'s fit (temperature + per-label bias) on C train gold, applied to C dev: its ECE."""
-    import numpy as np
-
-    from r3edge.core.calibration import fit_temperature_and_bias, reliability
+    """`r3edge calibrate --bias`'s fit on C train gold, applied to C dev (r3edge.core.calibration.calibrated_ece)."""
+    from r3edge.core.calibration import calibrated_ece
     from r3edge.core.errors import InvalidInput
-    from r3edge.core.scoring import softmax
 
     try:
-        t, bias = fit_temperature_and_bias(fit_logits, fit_gold)
+        return calibrated_ece(fit_logits, fit_gold, logits, gold)
     except InvalidInput as exc:  # a student that ranks C train's gold backwards (the smoke's random one)
         return {"error": str(exc), "fit_pairs": len(fit_gold)}
-    p = softmax(np.asarray(logits) / t + np.asarray(bias))
-    return {"temperature": t, "bias": list(bias), "ece": reliability(p, gold)["ece"],
-            "accuracy": float((p.argmax(1) == np.asarray(gold)).mean()), "fit_pairs": len(fit_gold)}
 
 
 def run(args) -> int:
