@@ -244,7 +244,7 @@ def plot(results: dict, path: str | Path) -> Path:
     axes = axes_of(rows)
     floors = [r for r in rows if r["latency"].get("p50_ms") is None and r["quality"].get("ndcg@10") is not None]
     panels = list(axes) or ["(nothing timed)"]
-    fig, subplots = plt.subplots(1, len(panels), figsize=(6.2 * len(panels), 4.8), squeeze=False, sharey=True)
+    fig, subplots = plt.subplots(1, len(panels), figsize=(6.2 * len(panels), 6.4), squeeze=False, sharey=True)
     for ax, axis in zip(subplots[0], panels):
         timed = [r for r in rows if r["latency"].get("axis") == axis and r["latency"].get("p50_ms") is not None]
         for r, marker in zip(timed, "os^Dvp*hX<>" * 3):
@@ -259,7 +259,8 @@ def plot(results: dict, path: str | Path) -> Path:
         ax.set_ylabel("nDCG@10")
         ax.set_title(f"{axes.get(axis, '')}: {axis}"[:70], fontsize=9)
         ax.grid(True, alpha=0.3)
-        ax.legend(fontsize=7, loc="lower right")
+        # below the panel: inside it would hide the points it names
+        ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=1, frameon=False)
     fig.suptitle(results["settings"].get("title") or "The distillation chain", fontsize=11)
     fig.tight_layout()
     path = Path(path)
