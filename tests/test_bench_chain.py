@@ -168,3 +168,11 @@ def test_chain_refuses_a_smoke_run_and_a_bad_config_field(tmp_path):
     with pytest.raises(InvalidInput, match=r"students\[0\]\.artifact .*nowhere is not a labels directory or artifact") as exc:
         _check_inputs("x.yaml", config)
     assert exc.value.field == "students[0].artifact"
+    # --fit-pairs without --pairs would be ignored: refused instead
+    import argparse
+
+    from r3edge.commands.bench_chain import _splits
+
+    with pytest.raises(InvalidInput, match="--fit-pairs goes with --pairs") as exc:
+        _splits(argparse.Namespace(semeval=str(tmp_path), pairs=None, fit_pairs="x.jsonl", max_queries=None))
+    assert exc.value.field == "--fit-pairs"

@@ -31,6 +31,9 @@ def _splits(args) -> tuple[list, list | None, str, str | None]:
     if (args.semeval is None) == (args.pairs is None):
         raise InvalidInput("give exactly one of --semeval or --pairs", "e.g. --semeval ../shared/data/semeval2016-cqa",
                            field="--semeval")
+    if args.fit_pairs and not args.pairs:
+        raise InvalidInput("--fit-pairs goes with --pairs (--semeval calibrates on subtask C train)",
+                           "drop --fit-pairs, or give the evaluation split as --pairs", field="--fit-pairs")
     if args.semeval:
         from r3edge.distill.data.datasets import semeval_queries
 
@@ -78,6 +81,7 @@ def run(args: argparse.Namespace) -> int:
     from r3edge.benchmarks.machine import machine_info
     from r3edge.benchmarks.systems import hardware_axis
     from r3edge.core.config import ChainConfig, StudentConfig, load_yaml
+    from r3edge.core.errors import InvalidInput
     from r3edge.core.labels import read_manifest
     from r3edge.core.progress import Progress
     from r3edge.core.scoring import SPEC_DEFAULTS
@@ -87,6 +91,13 @@ def run(args: argparse.Namespace) -> int:
     config = load_yaml(args.config, ChainConfig)
     _check_inputs(args.config, config)
     dev, fit, split, fit_split = _splits(args)
+    bases = []  # built first: a config that cannot score fails before the long rows
+    for name in config.base_students:
+        scoring = base_cosine_scoring(load_yaml(name, StudentConfig))
+        if scoring is None:
+            raise InvalidInput(f"{args.config}: base_students names {name!r}, which has no pretrained encoder to rank "
+                               "by cosine", "name a cosine (biencoder) or encoder student config", field="base_students")
+        bases.append(scoring)
     machine = machine_info()
     axis = hardware_axis(machine)
     values = list(SPEC_DEFAULTS["label_values"])
@@ -105,15 +116,6 @@ def run(args: argparse.Namespace) -> int:
     for imp in config.imported:
         rows.append(chain.imported_row(imp.results, imp.name, imp.learnt_from))
         progress.update(1)
-    bases = []
-    for name in config.base_students:
-        scoring = base_cosine_scoring(load_yaml(name, StudentConfig))
-        if scoring is None:
-            from r3edge.core.errors import InvalidInput
-
-            raise InvalidInput(f"{args.config}: base_students names {name!r}, which has no pretrained encoder to rank "
-                               "by cosine", "name a cosine (biencoder) or encoder student config", field="base_students")
-        bases.append(scoring)
     rows += chain.floor_rows(dev, values, axis=axis, bm25=bm25_scores, base=bases)
     progress.update(1)
     progress.close()
