@@ -33,23 +33,13 @@ import numpy as np
 
 from r3edge.benchmarks.load import collect_probs, run_load
 from r3edge.benchmarks.results_files import write_results
-from r3edge.benchmarks.systems import bm25_row, first_stage_row, scored_floor, serve_artifact, teacher_probs
+from r3edge.benchmarks.systems import bm25_row, first_stage_row, gold_pairs, scored_floor, serve_artifact, teacher_probs
 from r3edge.core.errors import InvalidInput
 from r3edge.core.pairs import QueryCandidates
 from r3edge.core.scoring import Scoring
 
 #: smallest probability taken into a log for the calibration fit (labels may hold exact zeros)
 _EPS = 1e-12
-
-
-def gold_pairs(queries: Sequence[QueryCandidates], probs: dict[tuple[str, str], Sequence[float]], n_labels: int
-               ) -> tuple[np.ndarray, np.ndarray, list[str]]:
-    """The gold-labelled pairs that ``probs`` scored: their probabilities ``[n, n_labels]``, gold class indices
-    and query ids, in the queries' order."""
-    keys = [(q.qid, c) for q in queries for c in q.candidates
-            if c.label is not None and 0 <= c.label < n_labels and (q.qid, c.docid) in probs]
-    p = np.asarray([probs[(qid, c.docid)] for qid, c in keys], dtype=np.float64).reshape(len(keys), n_labels)
-    return p, np.asarray([c.label for _, c in keys], dtype=np.int64), [qid for qid, _ in keys]
 
 
 def quality(queries: Sequence[QueryCandidates], probs: dict[tuple[str, str], Sequence[float]],
@@ -83,7 +73,8 @@ def _latency(ms: dict | None, axis: str | None, source: str) -> dict:
 def teacher_row(system: str, labels_dir: str | Path, fit_labels_dir: str | Path | None,
                 queries: Sequence[QueryCandidates], fit_queries: Sequence[QueryCandidates] | None,
                 axis: str | None, label_values: Sequence[float]) -> dict:
-    """A teacher by its labels of the evaluation split (and of the calibration split). Its latency per request is
+    """A teacher by its labels of the evaluation split (and of the calibration split), graded by the label values its
+    manifest names (``label_values`` where it names none). Its latency per request is
     the split's labelling wall time (the manifest's) over the requests it labelled: a mean, not a p50, measured
     in batches on ``axis``; None (not timed) without ``axis`` or a recorded wall time."""
     from r3edge.core.labels import read_manifest
@@ -91,8 +82,9 @@ def teacher_row(system: str, labels_dir: str | Path, fit_labels_dir: str | Path 
     probs, cols = teacher_probs(labels_dir)
     fit = teacher_probs(fit_labels_dir)[0] if fit_labels_dir else None
     manifest = read_manifest(labels_dir)
+    label_values = manifest.get("label_values") or label_values
     wall = (manifest.get("summary") or {}).get("wall_s") or manifest.get("wall_s")
-    labelled = {qid for qid in cols["qid"]}
+    labelled = set(cols["qid"])
     mean_ms = 1e3 * wall / len(labelled) if wall and labelled and axis else None
     source = (f"labelling wall time {wall:.1f} s / {len(labelled)} requests (a mean, batched)" if mean_ms
               else "not timed: labels read from disk")

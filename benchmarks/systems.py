@@ -51,28 +51,34 @@ def teacher_probs(labels_dir: str | Path) -> tuple[dict[tuple[str, str], list[fl
     return probs, cols
 
 
+def gold_pairs(queries: Sequence[QueryCandidates], probs: dict[tuple[str, str], Sequence[float]], n_labels: int
+               ) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """The gold-labelled pairs that ``probs`` scored: their probabilities ``[n, n_labels]``, gold class indices
+    and query ids, in the queries' order."""
+    keys = [(q.qid, c) for q in queries for c in q.candidates
+            if c.label is not None and 0 <= c.label < n_labels and (q.qid, c.docid) in probs]
+    p = np.asarray([probs[(qid, c.docid)] for qid, c in keys], dtype=np.float64).reshape(len(keys), n_labels)
+    return p, np.asarray([c.label for _, c in keys], dtype=np.int64), [qid for qid, _ in keys]
+
+
 def accuracy_block(queries: Sequence[QueryCandidates], probs: dict[tuple[str, str], list[float]],
                    label_values: Sequence[float], teacher: dict[tuple[str, str], list[float]] | None) -> dict:
     """Metrics vs gold (pairs with a label) and vs the teacher (pairs the teacher labelled)."""
     m = _metrics()
-    keys = [(q.qid, c.docid, c.label) for q in queries for c in q.candidates if (q.qid, c.docid) in probs]
-    gold_keys = [(qid, d, lab) for qid, d, lab in keys if lab is not None and 0 <= lab < len(label_values)]
+    keys = [(q.qid, c.docid) for q in queries for c in q.candidates if (q.qid, c.docid) in probs]
     out: dict = {"n_scored": len(keys)}
-    if gold_keys:
-        out["vs_gold"] = m.relevance_metrics([lab for _, _, lab in gold_keys],
-                                             np.array([probs[(q, d)] for q, d, _ in gold_keys]),
-                                             [q for q, _, _ in gold_keys], label_values=label_values)
+    p, gold, qids = gold_pairs(queries, probs, len(label_values))
+    if len(gold):
+        out["vs_gold"] = m.relevance_metrics(gold, p, qids, label_values=label_values)
     if teacher:
-        both = [(q, d) for q, d, _ in keys if (q, d) in teacher]
+        both = [k for k in keys if k in teacher]
         if both:
             out["vs_teacher"] = m.agreement_metrics(np.array([teacher[k] for k in both]),
                                                     np.array([probs[k] for k in both]), label_values=label_values)
             # The same pairs the teacher was judged on, so student and teacher rows compare like with like.
-            shared = [(q, d, lab) for q, d, lab in gold_keys if (q, d) in teacher]
-            if shared:
-                out["on_teacher_pairs"] = m.relevance_metrics(
-                    [lab for _, _, lab in shared], np.array([probs[(q, d)] for q, d, _ in shared]),
-                    [q for q, _, _ in shared], label_values=label_values)
+            p, gold, qids = gold_pairs(queries, {k: probs[k] for k in both}, len(label_values))
+            if len(gold):
+                out["on_teacher_pairs"] = m.relevance_metrics(gold, p, qids, label_values=label_values)
     return out
 
 

@@ -82,7 +82,6 @@ def run(args: argparse.Namespace) -> int:
     from r3edge.benchmarks.systems import hardware_axis
     from r3edge.core.config import ChainConfig, StudentConfig, load_yaml
     from r3edge.core.errors import InvalidInput
-    from r3edge.core.labels import read_manifest
     from r3edge.core.progress import Progress
     from r3edge.core.scoring import SPEC_DEFAULTS
     from r3edge.distill.data.pooling import bm25_scores
@@ -105,9 +104,8 @@ def run(args: argparse.Namespace) -> int:
     progress = Progress(steps, "chain rows", stream=sys.stderr)
     rows = []
     for t in config.teachers:
-        values_t = read_manifest(t.labels).get("label_values") or values
         rows.append(chain.teacher_row(t.name, t.labels, t.fit_labels if fit is not None else None, dev, fit,
-                                      t.hardware, values_t))
+                                      t.hardware, values))
         progress.update(1)
     for s in config.students:
         rows.append(chain.served_row(s.name, s.artifact, s.variant, dev, fit, requests=config.requests, axis=axis,
