@@ -696,6 +696,33 @@ def _io_types(model) -> dict[str, int]:
     return {v.name: v.type.tensor_type.elem_type for v in [*model.graph.input, *model.graph.output]}
 
 
+def _drop_duplicate_nodes(model) -> int:
+    """Remove nodes that repeat an earlier node exactly (and value_info entries that repeat a name);
+    returns how many nodes went. onnxruntime 1.31's ``convert_float_to_float16`` inserts one
+    ``{input}_cast_to_fp32_node`` per consumer of a value that feeds two fp32-kept nodes, all with the
+    same name and output, which onnxruntime then refuses to load ("two nodes with same node name").
+    It broke the 1.5B-shape causal export on the H200 (benchmarks/results/gpu-students-h200); 1.32 shares
+    one Cast per value, and there this finds nothing."""
+    seen: set[bytes] = set()
+    keep = []
+    for node in model.graph.node:
+        key = node.SerializeToString(deterministic=True)
+        if key not in seen:
+            seen.add(key)
+            keep.append(node)
+    dropped = len(model.graph.node) - len(keep)
+    if dropped:
+        del model.graph.node[:]
+        model.graph.node.extend(keep)
+        infos = {}
+        for v in model.graph.value_info:
+            infos.setdefault(v.name, v)
+        kept_infos = list(infos.values())
+        del model.graph.value_info[:]
+        model.graph.value_info.extend(kept_infos)
+    return dropped
+
+
 def _to_fp16(fp32_path: Path, out_path: Path, external: bool) -> dict:
     """The ``fp16`` variant of a scoring (or candidate) graph: ONNX Runtime's
     ``convert_float_to_float16(keep_io_types=True)``, after :func:`r3edge.export.fusion.fuse_for_gpu` on a
@@ -716,6 +743,7 @@ def _to_fp16(fp32_path: Path, out_path: Path, external: bool) -> dict:
         model = opt.model
     block = _rms_variance_nodes(model)
     model = convert_float_to_float16(model, keep_io_types=True, disable_shape_infer=True, node_block_list=block)
+    info["duplicate_casts_dropped"] = _drop_duplicate_nodes(model)
     if _io_types(model) != io:
         raise R3EdgeError(f"the fp16 graph of {fp32_path.name} changed its input/output types {io} -> {_io_types(model)}",
                           "convert with keep_io_types=True (inputs and outputs stay those of the fp32 graph)")

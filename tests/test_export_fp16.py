@@ -153,3 +153,34 @@ def test_causal_fp16_reads_only_the_label_rows_and_keeps_rmsnorm_in_fp32(causal_
     fp32 = OnnxRuntime(causal_artifact, "fp32", device="cpu")
     got, ref = (r.scorer.relevance(score_pairs(r.scorer, r, QUERIES, DOCS))[1] for r in (fp16, fp32))
     assert 0 < np.abs(got - ref).max() <= 0.02
+
+
+def test_repeated_casts_of_an_older_fp16_converter_are_dropped_so_onnxruntime_loads_the_graph():
+    """onnxruntime 1.31's converter adds one identical ``{value}_cast_to_fp32_node`` per fp32-kept consumer
+    of a value; onnxruntime refuses such a graph (it broke the 1.5B causal export on the H200). The export
+    drops the repeats; the graph then loads and computes the same."""
+    import onnx
+    import onnxruntime as ort
+    from onnx import TensorProto, helper
+
+    from r3edge.export.quantize import _drop_duplicate_nodes
+
+    cast = helper.make_node("Cast", ["x16"], ["x16_cast_to_fp32"], to=TensorProto.FLOAT, name="x16_cast_to_fp32_node")
+    graph = helper.make_graph(
+        [helper.make_node("Cast", ["x"], ["x16"], to=TensorProto.FLOAT16, name="to16"), cast, cast,
+         helper.make_node("Add", ["x16_cast_to_fp32", "x16_cast_to_fp32"], ["y"], name="add")],
+        "repeats", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
+        value_info=[helper.make_tensor_value_info("x16_cast_to_fp32", TensorProto.FLOAT, [2])] * 2)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    with pytest.raises(Exception, match="same node name"):
+        ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+
+    assert _drop_duplicate_nodes(model) == 1
+    assert [n.name for n in model.graph.node] == ["to16", "x16_cast_to_fp32_node", "add"]
+    assert len(model.graph.value_info) == 1
+    onnx.checker.check_model(model)
+    out = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(
+        None, {"x": np.array([1.5, -2.0], np.float32)})[0]
+    np.testing.assert_array_equal(out, [3.0, -4.0])
+    assert _drop_duplicate_nodes(model) == 0  # what onnxruntime 1.32's converter writes: nothing to drop
