@@ -57,6 +57,16 @@ def open_session(path: str | Path, threads: int | None = None, providers: list |
         raise FormatError(f"onnxruntime could not load {path}: {exc}", "re-run `r3edge export`") from exc
 
 
+#: The CUDA provider's options. ``sdpa_kernel`` 2 (ONNX Runtime's ``AttentionBackend.EFFICIENT_ATTENTION``)
+#: pins the fused fp16 encoder graph's MultiHeadAttention to memory-efficient attention. Left to choose,
+#: onnxruntime-gpu 1.31.1 on an H200 spent 54-95 ms on every new (batch, length) shape of the
+#: MiniLM student's candidate graph, and 2 ms once a shape was seen; a server sees new shapes on
+#: almost every micro-batch. Pinned, a new shape cost what a seen one did (3.7 ms at 100 x 131), and
+#: ``Reranker.rank`` of a top-100 at fp16 went from 138 to 20.5 ms p50
+#: (benchmarks/results/gpu-students-h200/diagnostics.md). Graphs without that node ignore it.
+CUDA_PROVIDER_OPTIONS = {"cudnn_conv_algo_search": "HEURISTIC", "do_copy_in_default_stream": True, "sdpa_kernel": "2"}
+
+
 def _providers(device: str, variant: str, artifact_dir: Path) -> list:
     """Provider list for a device (``auto`` resolved by :func:`r3edge.core.devices.resolve_device`)."""
     device, _ = resolve_device(device)
@@ -68,7 +78,7 @@ def _providers(device: str, variant: str, artifact_dir: Path) -> list:
         # onnxruntime-gpu finds the CUDA/cuDNN libraries that pip installed (nvidia-* wheels) only
         # after this; on the lent GPU machines the CUDA provider does not open without it
         ort.preload_dlls()
-    cuda = ("CUDAExecutionProvider", {"cudnn_conv_algo_search": "HEURISTIC", "do_copy_in_default_stream": True})
+    cuda = ("CUDAExecutionProvider", dict(CUDA_PROVIDER_OPTIONS))
     if device == "cuda":
         return [cuda, cpu]
     trt = (
