@@ -532,8 +532,9 @@ def softmax(x: np.ndarray) -> np.ndarray:
 #: more (:data:`GPU_MAX_BATCH_TOKENS`); :func:`default_max_batch_tokens` picks between the two.
 DEFAULT_MAX_BATCH_TOKENS = 512
 #: The budget of a session led by a GPU provider (CUDA, TensorRT): a GPU is fed by large batches;
-#: 8,192 was the CPU default before the sweeps above and fits a whole top-100 of short pairs. Not
-#: measured through onnxruntime-gpu (no GPU build here).
+#: 8,192 was the CPU default before the sweeps above and fits a whole top-100 of short pairs. On an
+#: H200 it cut a top-100 of SemEval pairs into about three micro-batches (benchmarks/results/gpu-students-h200);
+#: benchmarks/gpu serves a one-micro-batch budget beside it, to measure before this changes.
 GPU_MAX_BATCH_TOKENS = 8192
 DEFAULT_MAX_BATCH_SIZE = 64
 
