@@ -743,7 +743,7 @@ def _to_fp16(fp32_path: Path, out_path: Path, external: bool) -> dict:
         model = opt.model
     block = _rms_variance_nodes(model)
     model = convert_float_to_float16(model, keep_io_types=True, disable_shape_infer=True, node_block_list=block)
-    info["duplicate_casts_dropped"] = _drop_duplicate_nodes(model)
+    info["repeated_nodes_dropped"] = _drop_duplicate_nodes(model)
     if _io_types(model) != io:
         raise R3EdgeError(f"the fp16 graph of {fp32_path.name} changed its input/output types {io} -> {_io_types(model)}",
                           "convert with keep_io_types=True (inputs and outputs stay those of the fp32 graph)")
