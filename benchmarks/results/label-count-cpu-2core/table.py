@@ -16,6 +16,7 @@ ARMS = [
     ("C train", 3400, "34 of C train's 67 questions (question seed 0; holds the 17)", 0, "eval-dev-c-34q-s0.json"),
     ("C train", 6700, "all of C train", 0, "../train-query-once-cpu-2core/eval-dev.json"),
     ("C train", 6700, "all of C train", 1, "eval-dev-c-s1.json"),
+    ("C train", 6700, "all of C train", 2, "eval-dev-c-s2.json"),
     ("without dev content", 5350, "C train without dev content", 0, "../c-train-dev-threads-cpu-2core/eval-dev-clean.json"),
     ("without dev content", 5350, "C train without dev content", 1, "eval-dev-c-clean-s1.json"),
     ("without dev content", 8830, "the same + A train without dev questions (3,480)", 0, "eval-dev-ca-clean-s0.json"),
