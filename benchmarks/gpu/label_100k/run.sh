@@ -12,11 +12,12 @@
 #   SMOKE=1 bash benchmarks/gpu/label_100k/run.sh cold-start|label|student   # here, on the CPU, after SMOKE=1 prepare.sh
 set -uo pipefail
 cd "$(dirname "$0")/../../.."
+REPO=$PWD
 CARRY=benchmarks/gpu/label_100k/carry
 SMOKE=${SMOKE:-0}
 BUDGET_S=${BUDGET_S:-500}
 if [ "$SMOKE" = 1 ]; then
-  PY=${PY:-.venv/bin/python}; R3=${R3_SMOKE:-/tmp/r3l-smoke}; OUT=${SMOKE_OUT:-$R3/out-$1}; FLAGS=(--smoke ${SMOKE_ARGS:-})
+  PY=${PY:-$REPO/.venv/bin/python}; R3=${R3_SMOKE:-/tmp/r3l-smoke}; OUT=${SMOKE_OUT:-$R3/out-$1}; FLAGS=(--smoke ${SMOKE_ARGS:-})
 else
   PY=${PY:-python3}; R3=${R3:-/var/tmp/r3l}; FLAGS=()
 fi
@@ -55,7 +56,12 @@ case "${1:-}" in
   student)
     unbundle
     [ "$SMOKE" != 1 ] && cuda_library_path "$PY"
-    "$PY" benchmarks/gpu/label_100k/student_1p5b.py --work "$R3/work-student" --out "$OUT" --gguf-dir "$R3/gguf" \
+    # From a scratch folder: the checkout's r3edge/ folder would shadow the installed package for the script's
+    # `python -m r3edge export` and `r3edge serve` children, as it did for benchmarks/gpu/run.sh on the H200
+    # (benchmarks/results/gpu-students-h200/). Label folders given relative to the checkout are made absolute first.
+    LABELS_TRAIN=${LABELS_TRAIN:+$(realpath "$LABELS_TRAIN")}; LABELS_DEV=${LABELS_DEV:+$(realpath "$LABELS_DEV")}
+    mkdir -p "$R3/cwd" && cd "$R3/cwd" || exit 8
+    "$PY" "$REPO/benchmarks/gpu/label_100k/student_1p5b.py" --work "$R3/work-student" --out "$OUT" --gguf-dir "$R3/gguf" \
       --requests "$S/fid/dev.jsonl" ${LABELS_TRAIN:+--labels "$LABELS_TRAIN"} \
       ${LABELS_DEV:+--dev-labels "$LABELS_DEV"} --budget-s "$BUDGET_S" "${FLAGS[@]}" 2>&1 \
       | tee "$R3/student.log" | grep -v "^\s*$" | tail -60 ;;
