@@ -2,7 +2,8 @@
 # Carrying a bundle to a lent GPU machine in pieces, for both GPU scripts (benchmarks/gpu/ and
 # benchmarks/gpu/label_100k/): a device call carries at most 64 MiB with the working tree, and the machine keeps
 # files written outside $OUT while it is held, so a bundle travels as one piece per call and is put back together
-# by the last call. Sourced by prepare.sh (pack_bundle, here) and run.sh (take_piece, assemble_bundle, there).
+# by the last call. Sourced by prepare.sh (pack_bundle, here) and run.sh (take_piece, assemble_bundle, enter_scratch,
+# there).
 
 # pack_bundle CARRY: CARRY/stage as a tar cut into CARRY/part.NN, each the size one call can carry beside the
 # working tree (less 4 MiB of margin), with CARRY/bundle.sha256 and CARRY/pieces (their count); the stage and the
@@ -81,4 +82,13 @@ cuda_library_path() {
   local libs
   libs=$("$1" -c "import glob, os, site; print(':'.join(sorted({os.path.dirname(p) for d in site.getsitepackages() for p in glob.glob(d + '/nvidia/*/lib/*.so*')})))")
   export LD_LIBRARY_PATH="$libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+}
+
+# enter_scratch DIR: work from DIR/cwd, never from the checkout. The checkout's r3edge/ folder (the package's root,
+# without distill/, export/, serve/, which the install maps in) would shadow the installed r3edge for every
+# `python -m r3edge` child (`r3edge serve`, `r3edge export`) and for pytest. On the H200 on 2026-11-28 it did: every
+# served row and the GPU tests failed with "No module named 'r3edge.distill'" (benchmarks/results/gpu-students-h200/).
+# Callers pass the checkout's scripts and tests by absolute path.
+enter_scratch() {
+  mkdir -p "$1/cwd" && cd "$1/cwd"
 }

@@ -12,11 +12,7 @@
 # demo student (each skipped, and recorded as not run, when too little time is left).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-# The measuring processes run from a scratch folder, never from the checkout: its r3edge/ folder (the package's
-# root, without distill/, export/, serve/, which the install maps in) would shadow the installed r3edge for every
-# `python -m` child (`r3edge serve`) and for pytest. On the H200 on 2026-11-28 it did: every served row and the GPU
-# tests failed with "No module named 'r3edge.distill'" (benchmarks/results/gpu-students-h200/).
-REPO=$PWD
+REPO=$PWD  # the measuring processes run from a scratch folder (bundle.sh's enter_scratch says why)
 CARRY=benchmarks/gpu/carry
 SMOKE=${SMOKE:-0}
 R3GPU=${R3GPU:-/var/tmp/r3gpu}
@@ -42,7 +38,7 @@ gpu_env() {
     DEVICE=cpu; SMOKE_FLAG=(--smoke --max-requests 2 --requests 2 --cpu-requests 2)
   fi
   export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
-  mkdir -p "$R3GPU/cwd" && cd "$R3GPU/cwd"
+  enter_scratch "$R3GPU"
 }
 
 causal() {  # the causal part alone, on a machine where `bench` already installed everything (still held)

@@ -56,11 +56,9 @@ case "${1:-}" in
   student)
     unbundle
     [ "$SMOKE" != 1 ] && cuda_library_path "$PY"
-    # From a scratch folder: the checkout's r3edge/ folder would shadow the installed package for the script's
-    # `python -m r3edge export` and `r3edge serve` children, as it did for benchmarks/gpu/run.sh on the H200
-    # (benchmarks/results/gpu-students-h200/). Label folders given relative to the checkout are made absolute first.
+    # from a scratch folder (bundle.sh's enter_scratch says why); label folders relative to the checkout first made absolute
     LABELS_TRAIN=${LABELS_TRAIN:+$(realpath "$LABELS_TRAIN")}; LABELS_DEV=${LABELS_DEV:+$(realpath "$LABELS_DEV")}
-    mkdir -p "$R3/cwd" && cd "$R3/cwd" || exit 8
+    enter_scratch "$R3" || exit 8
     "$PY" "$REPO/benchmarks/gpu/label_100k/student_1p5b.py" --work "$R3/work-student" --out "$OUT" --gguf-dir "$R3/gguf" \
       --requests "$S/fid/dev.jsonl" ${LABELS_TRAIN:+--labels "$LABELS_TRAIN"} \
       ${LABELS_DEV:+--dev-labels "$LABELS_DEV"} --budget-s "$BUDGET_S" "${FLAGS[@]}" 2>&1 \
