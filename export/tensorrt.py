@@ -5,7 +5,7 @@ GPU, no TensorRT): ``tests/test_tensorrt.py`` runs the build where ``tensorrt`` 
 present, and skips with the reason otherwise. Nothing here is verified until it ran.
 
 The optimisation profile comes from the scoring contract's serving budget: sequences of 1 to
-``max_total_tokens`` tokens, batches of 1 to :data:`DEFAULT_MAX_BATCH_SIZE` pairs, optimised for the
+``max_total_tokens`` tokens, batches of 1 to :data:`GPU_MAX_BATCH_SIZE` pairs, optimised for the
 batch that fills :data:`GPU_MAX_BATCH_TOKENS` padded tokens at the typical length. INT8 uses
 TensorRT's entropy calibrator on the ``--calib`` pairs, formatted by :class:`Scorer` exactly as the
 server formats them and padded to the profile's calibration shape. The engine file is specific to
@@ -27,7 +27,7 @@ import numpy as np
 
 from r3edge.core.artifact import INPUT_NAMES
 from r3edge.core.errors import InvalidInput, R3EdgeError, require
-from r3edge.core.scoring import DEFAULT_MAX_BATCH_SIZE, GPU_MAX_BATCH_TOKENS, Scorer
+from r3edge.core.scoring import GPU_MAX_BATCH_SIZE, GPU_MAX_BATCH_TOKENS, Scorer
 
 PRECISIONS = ("fp16", "int8")
 #: TensorRT's builder workspace (bytes)
@@ -44,13 +44,13 @@ class Profile:
 
 
 def serving_profile(scorer: Scorer, typical_tokens: int | None = None) -> Profile:
-    """The profile of the serving budget: up to :data:`DEFAULT_MAX_BATCH_SIZE` pairs of up to
+    """The profile of the serving budget: up to :data:`GPU_MAX_BATCH_SIZE` pairs of up to
     ``max_total_tokens``, optimised for ``typical_tokens`` (default: half the budget) at the batch
     that fills :data:`GPU_MAX_BATCH_TOKENS`."""
     longest = scorer.spec.max_total_tokens
     typical = min(longest, typical_tokens or max(1, longest // 2))
-    batch = max(1, min(DEFAULT_MAX_BATCH_SIZE, GPU_MAX_BATCH_TOKENS // typical))
-    return Profile(min=(1, 1), opt=(batch, typical), max=(DEFAULT_MAX_BATCH_SIZE, longest))
+    batch = max(1, min(GPU_MAX_BATCH_SIZE, GPU_MAX_BATCH_TOKENS // typical))
+    return Profile(min=(1, 1), opt=(batch, typical), max=(GPU_MAX_BATCH_SIZE, longest))
 
 
 def calibration_batches(scorer: Scorer, queries: Sequence[str], documents: Sequence[str], batch: int) -> list[dict]:

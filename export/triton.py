@@ -11,7 +11,7 @@ Layout (``<out>/``)::
     README.md
 
 The scorer's dynamic batcher is derived from the serving budget of the scoring contract
-(r3edge.core.scoring): at most :data:`DEFAULT_MAX_BATCH_SIZE` pairs a batch, and preferred sizes
+(r3edge.core.scoring): at most :data:`GPU_MAX_BATCH_SIZE` pairs a batch, and preferred sizes
 that fill :data:`GPU_MAX_BATCH_TOKENS` padded tokens at the contract's ``max_total_tokens`` (the
 tokenizer pads every pair to it, so requests share one shape and can be merged). Inputs and output
 are the manifest's. No Triton server runs on r3edge's machines: each ``config.pbtxt`` is checked by
@@ -28,8 +28,8 @@ from r3edge.core.artifact import read_manifest
 from r3edge.core.errors import InvalidInput
 from r3edge.core.fileio import partial_dir, publish_dir
 from r3edge.core.scoring import (
-    DEFAULT_MAX_BATCH_SIZE,
     DEFAULT_OVERFLOW,
+    GPU_MAX_BATCH_SIZE,
     GPU_MAX_BATCH_TOKENS,
     OVERFLOW,
     SCORER_FILE,
@@ -65,8 +65,8 @@ def serving_budget(max_total_tokens: int) -> dict:
     """``max_batch_size``, ``preferred_batch_size`` and ``max_queue_delay_microseconds`` of the scorer
     model: pairs padded to ``max_total_tokens`` that fill the GPU token budget, capped by the contract's
     pairs-per-batch."""
-    full = max(1, min(DEFAULT_MAX_BATCH_SIZE, GPU_MAX_BATCH_TOKENS // max_total_tokens))
-    return {"max_batch_size": DEFAULT_MAX_BATCH_SIZE, "preferred_batch_size": sorted({max(1, full // 2), full}),
+    full = max(1, min(GPU_MAX_BATCH_SIZE, GPU_MAX_BATCH_TOKENS // max_total_tokens))
+    return {"max_batch_size": GPU_MAX_BATCH_SIZE, "preferred_batch_size": sorted({max(1, full // 2), full}),
             "max_queue_delay_microseconds": MAX_QUEUE_DELAY_US}
 
 

@@ -22,6 +22,7 @@ from r3edge.core.scoring import (
     DEFAULT_MAX_BATCH_SIZE,
     DEFAULT_MAX_BATCH_TOKENS,
     DEFAULT_OVERFLOW,
+    GPU_MAX_BATCH_SIZE,
     GPU_MAX_BATCH_TOKENS,
     Overflow,
 )
@@ -60,7 +61,9 @@ class ServeConfig(BaseModel):
     max_batch_tokens: int | None = Field(None, ge=1, description="padded-token budget of one micro-batch; unset: the "
                                          f"runtime's own ({DEFAULT_MAX_BATCH_TOKENS} on CPU, {GPU_MAX_BATCH_TOKENS} when "
                                          "its session runs on a GPU provider)")
-    max_batch_size: int = Field(DEFAULT_MAX_BATCH_SIZE, ge=1, description="pairs in one micro-batch at most")
+    max_batch_size: int | None = Field(None, ge=1, description="pairs in one micro-batch at most; unset: the runtime's "
+                                       f"own ({DEFAULT_MAX_BATCH_SIZE} on CPU, {GPU_MAX_BATCH_SIZE} when its session runs on a "
+                                       "GPU provider)")
     max_batch_wait_s: float = Field(0.002, ge=0, description="seconds a micro-batch may wait for more pairs (of any "
                                     "request) when the queue holds less than its budget")
     max_queue_delay_s: float = Field(2.0, gt=0, description="refuse a request at once (RESOURCE_EXHAUSTED / HTTP 429, "

@@ -158,15 +158,15 @@ class _Job:
 class Engine:
     """The queue, the batcher thread and admission around one runtime (see the module docstring)."""
 
-    def __init__(self, runtime, metrics: ServeMetrics, *, max_batch_tokens: int | None, max_batch_size: int,
+    def __init__(self, runtime, metrics: ServeMetrics, *, max_batch_tokens: int | None, max_batch_size: int | None,
                  max_batch_wait_s: float, max_queue_delay_s: float, max_concurrent_requests: int,
                  max_candidates: int, overflow: Overflow, prefix_reuse: bool = True, workers: int = 1):
         self.runtime = runtime
         self.scorer = runtime.scorer
         self.metrics = metrics
-        # the device's budget is the runtime's (DESIGN: the engine only reads it); a configured one wins
+        # the device's limits are the runtime's (DESIGN: the engine only reads them); configured ones win
         self.max_batch_tokens = max_batch_tokens or runtime.max_batch_tokens
-        self.max_batch_size = max_batch_size
+        self.max_batch_size = max_batch_size or runtime.max_batch_size
         self.max_batch_wait_s = max_batch_wait_s
         self.max_queue_delay_s = max_queue_delay_s
         self.max_concurrent_requests = max_concurrent_requests

@@ -214,7 +214,7 @@ class RerankerService:
             max_query_tokens=spec.max_query_tokens, max_doc_tokens=spec.max_doc_tokens,
             max_total_tokens=spec.max_total_tokens, scorer_fingerprint=spec.fingerprint(),
             limits=pb2.Limits(max_candidates=cfg.max_candidates, max_batch_tokens=engine.max_batch_tokens,
-                              max_batch_size=cfg.max_batch_size, max_concurrent_requests=cfg.max_concurrent_requests,
+                              max_batch_size=engine.max_batch_size, max_concurrent_requests=cfg.max_concurrent_requests,
                               max_queue_delay_ms=cfg.max_queue_delay_s * 1e3, max_batch_wait_ms=cfg.max_batch_wait_s * 1e3,
                               overflow=cfg.overflow, workers=engine.workers),
             torch_loaded="torch" in sys.modules,

@@ -16,7 +16,7 @@ PHASES = ("queue", "tokenize", "infer", "total")
 
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 _BATCH_PAIRS = (1, 2, 4, 8, 16, 32, 64, 128)
-_BATCH_TOKENS = (64, 128, 256, 512, 1024, 2048, 4096, 8192)
+_BATCH_TOKENS = (64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768)
 
 
 class ServeMetrics:

@@ -9,7 +9,7 @@ import pytest
 from tokenizers import Tokenizer
 
 from r3edge.core.errors import InvalidInput, R3EdgeError
-from r3edge.core.scoring import PromptTemplate, Scorer, ScorerSpec, default_max_batch_tokens, plan_batches, score_pairs
+from r3edge.core.scoring import PromptTemplate, Scorer, ScorerSpec, default_batch_limits, plan_batches, score_pairs
 
 
 @pytest.fixture(scope="module")
@@ -119,11 +119,15 @@ def test_plan_batches_respects_budget_and_covers_every_index():
 
 
 def test_default_budget_follows_the_leading_provider():
-    """CPU sessions get the budget measured fastest on CPU; a session led by a GPU provider gets a large one."""
-    assert default_max_batch_tokens(["CPUExecutionProvider"]) == 512
-    assert default_max_batch_tokens([]) == 512
-    assert default_max_batch_tokens(["CUDAExecutionProvider", "CPUExecutionProvider"]) == 8192
-    assert default_max_batch_tokens(["TensorrtExecutionProvider", "CUDAExecutionProvider", "CPUExecutionProvider"]) == 8192
+    """CPU sessions get the budget measured fastest on CPU; a session led by a GPU provider gets one that
+    holds a whole top-100 of the longest students' pairs (the 1.5B causal student's reach 320 tokens)."""
+    assert default_batch_limits(["CPUExecutionProvider"]) == (512, 64)
+    assert default_batch_limits([]) == (512, 64)
+    gpu = default_batch_limits(["CUDAExecutionProvider", "CPUExecutionProvider"])
+    assert gpu == default_batch_limits(["TensorrtExecutionProvider", "CUDAExecutionProvider", "CPUExecutionProvider"])
+    tokens, size = gpu
+    assert size >= 100 and tokens >= 100 * 320
+    assert plan_batches([320] * 100, tokens, size) == [list(range(100))]
 
 
 def test_score_pairs_returns_input_order(scorer):

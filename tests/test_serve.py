@@ -489,24 +489,33 @@ def test_warm_up_runs_the_longest_pairs_on_every_worker_at_once(tiny_artifact, w
 
 
 def test_the_engine_reads_the_runtimes_batch_budget_unless_one_is_configured(tiny_artifact):
-    """One home for the micro-batch budget: the runtime's own (default_max_batch_tokens of the providers
-    its session opened); the engine takes it when --max-batch-tokens is unset, and a configured one wins."""
+    """One home for the micro-batch limits: the runtime's own (default_batch_limits of the providers its
+    session opened); the engine takes them when --max-batch-tokens / --max-batch-size are unset, and
+    configured ones win."""
     from r3edge.core.runtime_loader import open_runtime
-    from r3edge.core.scoring import DEFAULT_MAX_BATCH_TOKENS, GPU_MAX_BATCH_TOKENS, default_max_batch_tokens
+    from r3edge.core.scoring import (
+        DEFAULT_MAX_BATCH_SIZE,
+        DEFAULT_MAX_BATCH_TOKENS,
+        GPU_MAX_BATCH_SIZE,
+        GPU_MAX_BATCH_TOKENS,
+        default_batch_limits,
+    )
     from r3edge.serve.engine import Engine
     from r3edge.serve.metrics import ServeMetrics
 
     runtime = open_runtime(tiny_artifact, "fp32", threads=1)
-    assert runtime.providers == ["CPUExecutionProvider"] and runtime.max_batch_tokens == DEFAULT_MAX_BATCH_TOKENS
+    assert runtime.providers == ["CPUExecutionProvider"]
+    assert (runtime.max_batch_tokens, runtime.max_batch_size) == (DEFAULT_MAX_BATCH_TOKENS, DEFAULT_MAX_BATCH_SIZE)
 
-    def engine(budget):
-        return Engine(runtime, ServeMetrics(), max_batch_tokens=budget, max_batch_size=8, max_batch_wait_s=0.0,
-                      max_queue_delay_s=1.0, max_concurrent_requests=8, max_candidates=10, overflow="truncate")
+    def engine(budget, size=None):
+        e = Engine(runtime, ServeMetrics(), max_batch_tokens=budget, max_batch_size=size, max_batch_wait_s=0.0,
+                   max_queue_delay_s=1.0, max_concurrent_requests=8, max_candidates=10, overflow="truncate")
+        return e.max_batch_tokens, e.max_batch_size
 
-    assert engine(None).max_batch_tokens == DEFAULT_MAX_BATCH_TOKENS
-    runtime.max_batch_tokens = default_max_batch_tokens(["CUDAExecutionProvider", "CPUExecutionProvider"])
-    assert engine(None).max_batch_tokens == GPU_MAX_BATCH_TOKENS  # what a session on a GPU provider prefers
-    assert engine(1000).max_batch_tokens == 1000
+    assert engine(None) == (DEFAULT_MAX_BATCH_TOKENS, DEFAULT_MAX_BATCH_SIZE)
+    runtime.max_batch_tokens, runtime.max_batch_size = default_batch_limits(["CUDAExecutionProvider", "CPUExecutionProvider"])
+    assert engine(None) == (GPU_MAX_BATCH_TOKENS, GPU_MAX_BATCH_SIZE)  # what a session on a GPU provider prefers
+    assert engine(1000, 8) == (1000, 8)
     runtime.close()
 
 
@@ -686,7 +695,7 @@ def test_cli_serve_subprocess_is_torch_free_and_stops_gracefully(tiny_artifact, 
             info = c.model_info()
             assert info.torch_loaded is False
             assert info.variant == "int8" and info.limits.max_candidates == 500
-            assert info.limits.max_batch_tokens == 512  # unset: the runtime's, a CPU session's (a GPU one's is 8192)
+            assert info.limits.max_batch_tokens == 512  # unset: the runtime's, a CPU session's (a GPU one's is larger)
             assert info.limits.overflow == "truncate"  # unset: the library's default
         assert main(["rerank", "--target", f"127.0.0.1:{port}", "--pairs", str(sample_pairs_file),
                      "--qid", "q2", "--top-k", "2"]) == 0

@@ -39,14 +39,14 @@ def _ort_cuda() -> bool:
 
 
 def test_profile_comes_from_the_serving_budget(tiny_artifact):
-    from r3edge.core.scoring import DEFAULT_MAX_BATCH_SIZE, GPU_MAX_BATCH_TOKENS, Scorer
+    from r3edge.core.scoring import GPU_MAX_BATCH_SIZE, GPU_MAX_BATCH_TOKENS, Scorer
     from r3edge.export.tensorrt import serving_profile
 
     scorer = Scorer.load(tiny_artifact)
     longest = scorer.spec.max_total_tokens  # 256 for qwen2-tiny
     p = serving_profile(scorer)
-    assert p.min == (1, 1) and p.max == (DEFAULT_MAX_BATCH_SIZE, longest)
-    assert p.opt == (min(DEFAULT_MAX_BATCH_SIZE, GPU_MAX_BATCH_TOKENS // (longest // 2)), longest // 2)
+    assert p.min == (1, 1) and p.max == (GPU_MAX_BATCH_SIZE, longest)
+    assert p.opt == (min(GPU_MAX_BATCH_SIZE, GPU_MAX_BATCH_TOKENS // (longest // 2)), longest // 2)
     assert serving_profile(scorer, typical_tokens=4 * longest).opt[1] == longest  # never past the budget
 
 

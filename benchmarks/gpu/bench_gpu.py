@@ -47,8 +47,9 @@ STUDENTS = {"demo": "minilm-demo", "semeval": "minilm-cqa-bi-rank-wise"}
 CAUSAL = "qwen2.5-1.5b-random"
 SMOKE_BI, SMOKE_CAUSAL = "bert-tiny", "qwen2-tiny"
 TOP_K = 10
-#: the serving limits under which a whole top-100 of the students' pairs is one micro-batch
-ONE_BATCH = {"max_batch_tokens": 65536, "max_batch_size": 128}
+#: the GPU's serving limits before a whole top-100 became one micro-batch (r3edge.core.scoring.GPU_MAX_BATCH_TOKENS):
+#: they cut a SemEval top-100 into about three micro-batches on the H200; served beside the default to measure the change
+GPU_EARLIER_LIMITS = {"max_batch_tokens": 8192, "max_batch_size": 64}
 GOALS = {"p50_ms_c1": 6.0, "speedup_vs_torch": 1.5, "top10_overlap": 0.98, "ndcg_delta": 0.005, "causal_p50_ms": 150.0}
 
 
@@ -336,11 +337,10 @@ def student_part(key: str, stage: Path, work: Path, queries, device: str, args) 
             continue  # smoke: the CPU row is the fp32 row above
         subset = queries[: args.cpu_requests] if dev == "cpu" and not args.smoke else queries
         rows.append(_served(art, variant, dev, subset, scorer, args, label))
-    # The served default cuts a top-100 into micro-batches of GPU_MAX_BATCH_TOKENS (8,192 padded tokens, 64 pairs at
-    # most), each a new shape; the fused fp16 graph ran a whole top-100 (100 x 128-200 tokens) in 2-3 ms on the H200
-    # (gpu-students-h200/diagnostics.md). This row measures that budget against the default before it changes.
-    rows.append(_served(art, "fp16", device, queries, scorer, args, f"served fp16, {device}, one micro-batch per top-100",
-                        **ONE_BATCH))
+    # The served default scores a whole top-100 in one micro-batch (GPU_MAX_BATCH_TOKENS); this row serves the
+    # earlier limits, which cut it into about three, so the run measures what the change gave.
+    rows.append(_served(art, "fp16", device, queries, scorer, args, f"served fp16, {device}, the earlier GPU limits "
+                        "(8,192 tokens, 64 pairs)", **GPU_EARLIER_LIMITS))
     ref = next((r for r in rows if r["system"].startswith("torch fp32") and "_scores" in r), None)
     for r in rows:
         if ref is not None and "_scores" in r:
@@ -375,8 +375,8 @@ def _student_goals(rows: list[dict]) -> dict:
              "speedup_vs_fastest_in_process": fastest and _p50(fastest) / _p50(served),
              "top10_overlap": par.get("top10_overlap"),
              "ndcg_delta": None if par.get("ndcg@10") is None else par["ndcg@10"] - par["ndcg@10_ref"]}
-    one = next((r for r in fp16 if r["limits"] == ONE_BATCH), None)  # what that budget would give
-    goals["p50_ms_c1_one_micro_batch"] = one and _p50(one)
+    earlier = next((r for r in fp16 if r["limits"] == GPU_EARLIER_LIMITS), None)  # what the earlier limits give
+    goals["p50_ms_c1_earlier_limits"] = earlier and _p50(earlier)
     goals["met"] = bool(goals["p50_ms_c1"] <= GOALS["p50_ms_c1"]
                         and (goals["speedup_vs_fastest_in_process"] or 0) >= GOALS["speedup_vs_torch"]
                         and (goals["top10_overlap"] or 0) >= GOALS["top10_overlap"]

@@ -37,7 +37,10 @@ gpu_env() {
   else
     DEVICE=cpu; SMOKE_FLAG=(--smoke --max-requests 2 --requests 2 --cpu-requests 2)
   fi
-  export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
+  # The Rust tokenizer on all cores, for the served child and the in-process peers alike. The H200 run had it off
+  # (false): a SemEval top-100 then took 2.8 ms to tokenise there on one core (diagnostics.md in
+  # benchmarks/results/gpu-students-h200), half the 6 ms goal.
+  export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=true
   enter_scratch "$R3GPU"
 }
 

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from r3edge.core.errors import FormatError, InvalidInput, NotFound, check_format_version
-from r3edge.core.scoring import DEFAULT_MAX_BATCH_TOKENS, Scorer
+from r3edge.core.scoring import DEFAULT_MAX_BATCH_SIZE, DEFAULT_MAX_BATCH_TOKENS, Scorer
 
 MANIFEST_FILE = "manifest.json"
 #: Written into every artifact manifest; readers refuse any other value.
@@ -62,8 +62,8 @@ class Runtime(ABC):
 
     * ``scorer`` — :class:`r3edge.core.scoring.Scorer` loaded from the artifact (or student) directory.
     * ``name`` — short human label, e.g. ``"onnxruntime-cpu:int8"`` or ``"torch-cpu:fp32"``.
-    * ``max_batch_tokens`` — the padded-token budget of one micro-batch on the device it opened
-      (:func:`r3edge.core.scoring.default_max_batch_tokens`); the server's engine reads it.
+    * ``max_batch_tokens``, ``max_batch_size`` — the padded-token budget and the pairs of one micro-batch
+      on the device it opened (:func:`r3edge.core.scoring.default_batch_limits`); the server's engine reads them.
     * ``device`` — where its session actually runs (``cpu``, ``cuda``, ``tensorrt``).
     * ``variant_reason`` — why this variant runs (set by :func:`r3edge.core.runtime_loader.open_runtime`:
       asked for, the GPU default, or the manifest's default with the reason the export recorded).
@@ -72,6 +72,7 @@ class Runtime(ABC):
     scorer: Scorer
     name: str
     max_batch_tokens: int = DEFAULT_MAX_BATCH_TOKENS
+    max_batch_size: int = DEFAULT_MAX_BATCH_SIZE
     device: str = "cpu"
     variant_reason: str = "opened directly"
 

@@ -19,7 +19,7 @@ from r3edge.core.artifact import INPUT_NAMES, OUTPUT_NAME, Runtime, check_inputs
 from r3edge.core.devices import resolve_device
 from r3edge.core.errors import FormatError, Unavailable, require
 from r3edge.core.onnx_prefix import OnnxPrefixRunner, prefix_files
-from r3edge.core.scoring import default_max_batch_tokens
+from r3edge.core.scoring import default_batch_limits
 
 #: ONNX Runtime graph rewrites every r3edge session turns off. ``SkipLayerNormFusion`` folds
 #: ``Add`` (+ bias ``Add``) + ``LayerNormalization`` back into ``SkipLayerNormalization``, whose CPU
@@ -133,7 +133,8 @@ class OnnxRuntime(Runtime):
         self.session = make_session(self.model_path)
         self.providers = self.session.get_providers()
         check_leading_provider(providers, self.providers, str(self.model_path))
-        self.max_batch_tokens = default_max_batch_tokens(self.providers)  # what the session opened, not what was asked
+        # what the session opened, not what was asked
+        self.max_batch_tokens, self.max_batch_size = default_batch_limits(self.providers)
         self._check_contract()
         # A causal student's prefix-reuse graphs, when the artifact has them for this variant:
         # score_pairs(..., prefix=runtime.prefix) runs the shared prefix once per request.

@@ -25,7 +25,7 @@ from r3edge.core.artifact import INPUT_NAMES, OPENVINO, OUTPUT_NAME, Runtime, ch
 from r3edge.core.errors import FormatError, InvalidInput, NotFound, require
 from r3edge.core.hardware import usable_cores
 from r3edge.core.onnx_prefix import OnnxPrefixRunner, prefix_files
-from r3edge.core.scoring import default_max_batch_tokens
+from r3edge.core.scoring import default_batch_limits
 
 #: What ``device`` may be: ``auto`` is the CPU (OpenVINO's GPU and NPU plugins are untested here).
 DEVICES = ("auto", "cpu")
@@ -180,7 +180,7 @@ class OpenVinoRuntime(Runtime):
         self.prefix = (ir_prefix_runner(self.artifact_dir, entry, self.scorer.spec.n_labels, threads, self.inference_precision)
                        if entry else None)
         self.providers = ["OpenVINO:CPU"]
-        self.max_batch_tokens = default_max_batch_tokens(self.providers)
+        self.max_batch_tokens, self.max_batch_size = default_batch_limits(self.providers)
         self.name = f"openvino-cpu:{self.variant}"
 
     def label_logits(self, input_ids: np.ndarray, attention_mask: np.ndarray) -> np.ndarray:

@@ -529,24 +529,34 @@ def softmax(x: np.ndarray) -> np.ndarray:
 #: 1,024 280); torch bf16 was flat from 384 to 1,024 (454-466 ms) and torch fp32 from 512 to 1,024;
 #: 8,192 (the old default) was 1.1-1.6x slower for every runtime (smaller batches keep activations in
 #: cache and pad attention less). benchmarks/scripts/cpu_speed.py sweeps it again. A GPU wants
-#: more (:data:`GPU_MAX_BATCH_TOKENS`); :func:`default_max_batch_tokens` picks between the two.
+#: more (:data:`GPU_MAX_BATCH_TOKENS`); :func:`default_batch_limits` picks between the two.
 DEFAULT_MAX_BATCH_TOKENS = 512
-#: The budget of a session led by a GPU provider (CUDA, TensorRT): a GPU is fed by large batches;
-#: 8,192 was the CPU default before the sweeps above and fits a whole top-100 of short pairs. On an
-#: H200 it cut a top-100 of SemEval pairs into about three micro-batches (benchmarks/results/gpu-students-h200);
-#: benchmarks/gpu serves a one-micro-batch budget beside it, to measure before this changes.
-GPU_MAX_BATCH_TOKENS = 8192
+#: The budget of a session led by a GPU provider (CUDA, TensorRT): a whole top-100 in one micro-batch. The
+#: earlier 8,192 tokens and 64 pairs cut a top-100 of SemEval pairs into about three micro-batches on an H200,
+#: where the fused fp16 MiniLM graph scored a whole top-100 (100 x 128-200 tokens) in 2-3 ms once it had seen
+#: the shape, and 1.3-3.7 ms per new shape with the pinned attention kernel: three calls cost more than one
+#: (benchmarks/results/gpu-students-h200/diagnostics.md). 32,768 tokens hold 100 pairs of up to 327 tokens,
+#: the longest of the students' pairs (the 1.5B causal student's are 200-320). benchmarks/gpu serves the
+#: earlier budget beside it (GPU_EARLIER_LIMITS there).
+GPU_MAX_BATCH_TOKENS = 32768
+#: Pairs in one micro-batch at most: on a CPU (:data:`DEFAULT_MAX_BATCH_TOKENS` caps it first on real
+#: pairs), and on a GPU provider, where a top-100 must fit in one.
 DEFAULT_MAX_BATCH_SIZE = 64
+GPU_MAX_BATCH_SIZE = 128
+#: Providers that run a session on a GPU.
+GPU_PROVIDERS = ("CUDAExecutionProvider", "TensorrtExecutionProvider", "ROCMExecutionProvider", "MIGraphXExecutionProvider")
 
 
-def default_max_batch_tokens(providers: Sequence[str]) -> int:
-    """The padded-token budget of one micro-batch on ``providers`` (a runtime's active providers, in
-    priority order): :data:`GPU_MAX_BATCH_TOKENS` when a GPU provider leads, else
-    :data:`DEFAULT_MAX_BATCH_TOKENS`. The one place the budget is chosen: each runtime's
-    ``max_batch_tokens`` (:class:`r3edge.core.artifact.Runtime`) is this, and the server's engine reads
-    the runtime's unless ``--max-batch-tokens`` is set."""
-    gpu = ("CUDAExecutionProvider", "TensorrtExecutionProvider", "ROCMExecutionProvider", "MIGraphXExecutionProvider")
-    return GPU_MAX_BATCH_TOKENS if providers and providers[0] in gpu else DEFAULT_MAX_BATCH_TOKENS
+def default_batch_limits(providers: Sequence[str]) -> tuple[int, int]:
+    """``(max_batch_tokens, max_batch_size)`` of one micro-batch on ``providers`` (a runtime's active
+    providers, in priority order): :data:`GPU_MAX_BATCH_TOKENS` and :data:`GPU_MAX_BATCH_SIZE` when a GPU
+    provider leads, else :data:`DEFAULT_MAX_BATCH_TOKENS` and :data:`DEFAULT_MAX_BATCH_SIZE`. The one place
+    the limits are chosen: each runtime's ``max_batch_tokens`` and ``max_batch_size``
+    (:class:`r3edge.core.artifact.Runtime`) are these, and the server's engine reads the runtime's unless
+    ``--max-batch-tokens`` / ``--max-batch-size`` are set."""
+    if providers and providers[0] in GPU_PROVIDERS:
+        return GPU_MAX_BATCH_TOKENS, GPU_MAX_BATCH_SIZE
+    return DEFAULT_MAX_BATCH_TOKENS, DEFAULT_MAX_BATCH_SIZE
 
 
 def plan_batches(
