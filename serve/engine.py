@@ -455,8 +455,13 @@ class Engine:
                 log.exception("batcher: unexpected error")
 
     def _wait_for_a_fuller_batch_locked(self) -> None:
-        """Up to ``max_batch_wait_s`` after the oldest pair arrived, wait for a budget's worth of tokens."""
-        if self.max_batch_wait_s <= 0:
+        """Up to ``max_batch_wait_s`` after the oldest pair arrived, wait for a budget's worth of tokens.
+
+        Not on the prefix-reuse path: its micro-batches hold the oldest request's pairs only, which all
+        arrived together, so pairs that arrive later could never join the batch and a wait would only
+        delay it (by ``max_batch_wait_s`` whenever a request holds less than a budget: every top-100 under
+        the GPU budget, which holds a whole one)."""
+        if self.max_batch_wait_s <= 0 or self.prefix is not None:
             return
         until = self._queue[0].t_enqueue + self.max_batch_wait_s
         while not self._stopping and self._queued_tokens < self.max_batch_tokens:

@@ -292,3 +292,33 @@ def test_one_request_runs_its_prefix_once_and_spreads_its_candidates_over_the_wo
 
     ref = runtime.scorer.relevance(score_pairs(runtime.scorer, None, [qs[0]] * len(ds), ds, prefix=runner))[1]
     np.testing.assert_allclose(scored.scores, ref, atol=1e-5, rtol=0)
+
+
+def test_the_prefix_path_never_waits_for_a_fuller_batch(artifact):
+    """A prefix-reuse micro-batch holds the oldest request's pairs only, so waiting ``max_batch_wait_s``
+    for more pairs cannot fill it: a request under the budget (as a top-100 is under the GPU budget) is
+    scored at once, not after the wait. The single graph, which mixes requests, still waits."""
+    import asyncio
+
+    from r3edge.core.onnx_runtime import OnnxRuntime
+    from r3edge.serve.engine import Engine
+    from r3edge.serve.metrics import ServeMetrics
+
+    wait_s = 600.0  # a wait this long would outlast the test's patience below by far
+    runtime = OnnxRuntime(artifact, threads=1)
+    qs, ds = _pairs()
+
+    def score(prefix_reuse: bool):
+        engine = Engine(runtime, ServeMetrics(), max_batch_tokens=1 << 20, max_batch_size=128, max_batch_wait_s=wait_s,
+                        max_queue_delay_s=3600.0, max_concurrent_requests=8, max_candidates=100, overflow="truncate",
+                        prefix_reuse=prefix_reuse, workers=1)
+        engine.start()
+        try:
+            return asyncio.run(asyncio.wait_for(engine.score(qs[0], ds), timeout=30))
+        finally:
+            engine.stop(timeout=1)
+
+    assert score(prefix_reuse=True).queue_ms < 30e3
+    with pytest.raises(TimeoutError):
+        score(prefix_reuse=False)
+    runtime.close()
