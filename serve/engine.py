@@ -19,8 +19,9 @@ memory stays bounded whatever arrives; ``max_concurrent_requests`` caps admitted
 Cancelled or expired requests leave the queue before their pairs cost compute and are counted.
 
 A student served with prefix-reuse graphs (causal or cosine) takes its micro-batches from one request
-at a time, in queue order (the candidate graph reads one prefix state per call): the first worker to
-reach a request runs its shared prefix once (the job's ``state``, under the job's own lock) and every
+at a time, in queue order (the candidate graph reads one prefix state per call). A request's shared
+prefix (template head + query) runs once, in its own thread while the tokenizer thread still encodes
+the request's documents (the job's ``state``, a future until a worker first needs it), and every
 worker scores its candidates' suffixes after it, so one request's micro-batches still spread over the
 workers. Every scoring thread runs at a lower CPU priority than the event loop (:data:`SCORING_NICE`).
 """
@@ -34,7 +35,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -140,7 +141,7 @@ class _Job:
     t_first: float | None = None
     infer_s: float = 0.0
     dropped: DropReason | None = None
-    state: object = None             # prefix reuse: the prefix graph's output, computed once by the first worker
+    state: object = None             # prefix reuse: the prefix graph's output (a Future until a worker first reads it)
     state_lock: threading.Lock = field(default_factory=threading.Lock)
 
     def __post_init__(self):
@@ -186,6 +187,9 @@ class Engine:
         self.s_per_token = 0.0          # one worker's seconds per token of recent micro-batches (EMA; see _run_batch)
         self.pair_tokens = float(self.scorer.fixed_tokens + self.scorer.spec.max_query_tokens)  # EMA of a pair's length
         self._tokenizer_pool = ThreadPoolExecutor(1, thread_name_prefix="r3edge-tokenize", initializer=lower_priority)
+        # prefix reuse: runs each request's prefix graph while its documents are still being tokenised
+        self._prefix_pool = (ThreadPoolExecutor(1, thread_name_prefix="r3edge-prefix", initializer=lower_priority)
+                             if self.prefix is not None else None)
         self._threads = [threading.Thread(target=self._run, name=f"r3edge-batcher-{k}", daemon=True)
                          for k in range(self.workers)]
 
@@ -245,6 +249,8 @@ class Engine:
             if thread.is_alive():
                 thread.join(timeout)
         self._tokenizer_pool.shutdown(wait=False, cancel_futures=True)
+        if self._prefix_pool is not None:
+            self._prefix_pool.shutdown(wait=False, cancel_futures=True)
         self._update_gauges()
 
     @property
@@ -327,8 +333,8 @@ class Engine:
         try:
             try:
                 t = time.perf_counter()
-                encoded = await loop.run_in_executor(self._tokenizer_pool, self._encode, query, docs, doc_field,
-                                                     validate)
+                encoded, state = await loop.run_in_executor(self._tokenizer_pool, self._encode, query, docs, doc_field,
+                                                            validate)
                 tokenize_s = time.perf_counter() - t
             except asyncio.CancelledError:
                 # cancelled while tokenising: its pairs never reach the queue, and are counted as dropped
@@ -338,7 +344,7 @@ class Engine:
             finally:
                 self._reserved_tokens -= reserved
             job = _Job(encoded, self.scorer.spec.n_labels, deadline, loop.create_future(), t_arrive,
-                       time.perf_counter(), tokenize_s, [self._pair_tokens(e) for e in encoded])
+                       time.perf_counter(), tokenize_s, [self._pair_tokens(e) for e in encoded], state=state)
             self.pair_tokens += RATE_EMA * (float(np.mean(job.lengths)) - self.pair_tokens)
             self._count_truncation(job)
             self._enqueue(job)
@@ -354,11 +360,20 @@ class Engine:
         return self._scored(job, logits)
 
     def _encode(self, query: str, docs: Sequence[str], doc_field: str,
-                validate: Callable[[], None] | None) -> list[Encoded]:
+                validate: Callable[[], None] | None) -> tuple[list[Encoded], Future | None]:
+        """The request's encoded pairs; on the prefix-reuse path also its prefix state, as a future: the
+        prefix graph runs in the prefix thread while this thread encodes the documents. The prefix is
+        :meth:`Scorer.encode_batch`'s own (template head + query as cut, + the template's mid piece),
+        which no document changes."""
         if validate is not None:
             validate()
         docs = list(docs)
-        return self.scorer.encode_batch([query] * len(docs), docs, overflow=self.overflow, doc_field=doc_field)
+        state = None
+        if self._prefix_pool is not None and docs:
+            head = self.scorer.encode_batch([query], [""], overflow=self.overflow)[0].prefix
+            state = self._prefix_pool.submit(self.prefix.prefix, np.asarray([head], dtype=np.int64))
+        encoded = self.scorer.encode_batch([query] * len(docs), docs, overflow=self.overflow, doc_field=doc_field)
+        return encoded, state
 
     def _count_truncation(self, job: _Job) -> None:
         if job.query_truncated:
@@ -507,9 +522,12 @@ class Engine:
         return sum(j.lengths[i] for j, i in batch)
 
     def _prefix_state(self, job: _Job):
-        """The job's prefix state: computed by the first worker to need it, then shared."""
+        """The job's prefix state: the prefix thread's result (its error raised here, so it fails the
+        micro-batch), or computed by the first worker to need it; then shared."""
         with job.state_lock:
-            if job.state is None:
+            if isinstance(job.state, Future):
+                job.state = job.state.result()
+            elif job.state is None:
                 job.state = self.prefix.prefix(np.asarray([job.encoded[0].prefix], dtype=np.int64))
             return job.state
 

@@ -322,3 +322,78 @@ def test_the_prefix_path_never_waits_for_a_fuller_batch(artifact):
     with pytest.raises(TimeoutError):
         score(prefix_reuse=False)
     runtime.close()
+
+
+def test_the_prefix_graph_runs_while_the_documents_are_tokenised(artifact):
+    """At concurrency 1 a request's prefix graph (its query) overlaps the tokenising of its documents
+    instead of waiting for it: here the documents' encoding waits for the prefix graph to have started,
+    which it never does if the prefix runs only after tokenising. Scores stay those of score_pairs."""
+    import asyncio
+    import threading
+
+    from r3edge.core.onnx_runtime import OnnxRuntime
+    from r3edge.core.scoring import score_pairs
+    from r3edge.serve.engine import Engine
+    from r3edge.serve.metrics import ServeMetrics
+
+    runtime = OnnxRuntime(artifact, threads=1)
+    runner, scorer = runtime.prefix, runtime.scorer
+    engine = Engine(runtime, ServeMetrics(), max_batch_tokens=1 << 20, max_batch_size=128, max_batch_wait_s=0.0,
+                    max_queue_delay_s=3600.0, max_concurrent_requests=8, max_candidates=100, overflow="truncate", workers=1)
+    engine.start()
+    prefix_fn, encode_fn = runner.prefix, scorer.encode_batch
+    started, seen = threading.Event(), []
+
+    def prefix(ids):
+        started.set()
+        return prefix_fn(ids)
+
+    def encode_batch(queries, documents, **kw):
+        if len(documents) > 1:  # the request's documents
+            seen.append(started.wait(timeout=20))
+        return encode_fn(queries, documents, **kw)
+
+    runner.prefix, scorer.encode_batch = prefix, encode_batch
+    qs, ds = _pairs()
+    try:
+        scored = asyncio.run(engine.score(qs[0], ds))
+    finally:
+        engine.stop()
+        runner.prefix, scorer.encode_batch = prefix_fn, encode_fn
+    assert seen == [True]
+    ref = scorer.relevance(score_pairs(scorer, None, [qs[0]] * len(ds), ds, prefix=runner))[1]
+    np.testing.assert_allclose(scored.scores, ref, atol=1e-5, rtol=0)
+    runtime.close()
+
+
+def test_a_failing_prefix_graph_fails_its_request_and_the_engine_serves_the_next(artifact):
+    """The prefix graph now runs in its own thread: its error still reaches the request (as the
+    runtime's other errors do, naming what failed), and the next request is scored."""
+    import asyncio
+
+    from r3edge.core.errors import R3EdgeError
+    from r3edge.core.onnx_runtime import OnnxRuntime
+    from r3edge.serve.engine import Engine
+    from r3edge.serve.metrics import ServeMetrics
+
+    runtime = OnnxRuntime(artifact, threads=1)
+    runner = runtime.prefix
+    engine = Engine(runtime, ServeMetrics(), max_batch_tokens=1 << 20, max_batch_size=128, max_batch_wait_s=0.0,
+                    max_queue_delay_s=3600.0, max_concurrent_requests=8, max_candidates=100, overflow="truncate", workers=2)
+    engine.start()
+    prefix_fn = runner.prefix
+
+    def broken(ids):
+        raise RuntimeError("the prefix graph broke")
+
+    qs, ds = _pairs()
+    try:
+        runner.prefix = broken
+        with pytest.raises(R3EdgeError, match="the prefix graph broke"):
+            asyncio.run(asyncio.wait_for(engine.score(qs[0], ds), timeout=60))
+        runner.prefix = prefix_fn
+        assert len(asyncio.run(asyncio.wait_for(engine.score(qs[0], ds), timeout=60)).scores) == len(ds)
+    finally:
+        runner.prefix = prefix_fn
+        engine.stop()
+    runtime.close()
