@@ -53,7 +53,7 @@ def run_load(target: str, queries: Sequence[QueryCandidates], requests: int, con
 
     payloads = [(q.query, request_candidates(q, pad_to)) for q in queries]
     latencies: list[float] = []
-    server_ms: list[tuple[float, float, float]] = []
+    server_ms: list[tuple[float, float, float, float]] = []
     errors: Counter = Counter()
     pairs_ok = 0
     lock = threading.Lock()
@@ -75,7 +75,8 @@ def run_load(target: str, queries: Sequence[QueryCandidates], requests: int, con
             with lock:
                 latencies.append(ms)
                 pairs_ok += len(cands)
-                server_ms.append((resp.timing.queue_ms, resp.timing.tokenize_ms, resp.timing.inference_ms))
+                server_ms.append((resp.timing.queue_ms, resp.timing.tokenize_ms, resp.timing.inference_ms,
+                                  resp.timing.total_ms))
         if bar:
             bar.update()
 
@@ -88,7 +89,7 @@ def run_load(target: str, queries: Sequence[QueryCandidates], requests: int, con
         client.close()
         if bar:
             bar.close()
-    srv = np.asarray(server_ms) if server_ms else np.zeros((0, 3))
+    srv = np.asarray(server_ms) if server_ms else np.zeros((0, 4))
     return {
         "target": target,
         "requests": requests,
@@ -98,8 +99,11 @@ def run_load(target: str, queries: Sequence[QueryCandidates], requests: int, con
         "top_k": top_k,
         "candidates_per_request": float(np.mean([len(c) for _, c in payloads])),
         "latency_ms": percentiles(latencies),
+        # where a request's time went inside the server (the response's Timing), against latency_ms at the client
         "server_ms_mean": {k: (float(srv[:, j].mean()) if len(srv) else None)
-                           for j, k in enumerate(("queue", "tokenize", "inference"))},
+                           for j, k in enumerate(("queue", "tokenize", "inference", "total"))},
+        "server_ms_p50": {k: (float(np.median(srv[:, j])) if len(srv) else None)
+                          for j, k in enumerate(("queue", "tokenize", "inference", "total"))},
         "pairs_per_s": pairs_ok / wall if wall > 0 else None,
         "requests_per_s": len(latencies) / wall if wall > 0 else None,
         "wall_s": wall,

@@ -214,7 +214,8 @@ def _served(art: Path, variant: str, device: str, queries, scorer, args, label: 
                 n = (args.cpu_requests if slow else args.requests) * (2 if conc > 1 else 1)
                 load = run_load(target, queries, max(n, conc), conc, top_k=TOP_K, progress=False)
                 row[f"c{conc}"] = {"latency_ms": load["latency_ms"], "pairs_per_s": load["pairs_per_s"],
-                                   "requests": load["requests"], "errors": load["errors"]}
+                                   "requests": load["requests"], "errors": load["errors"],
+                                   "server_ms_p50": load["server_ms_p50"]}
     except Exception as exc:  # a system that fails is a row that says why, not a lost run
         row["error"] = f"{type(exc).__name__}: {exc}"[:1500]
     return row
@@ -535,6 +536,20 @@ def report_md(d: dict) -> str:
                          f"{_fmt(par.get('top10_overlap'), 3)} | {_fmt(par.get('max_abs_score_diff'), 4)} | "
                          f"{_fmt(par.get('argmax_agreement'), 3)} | {ndcg} |")
         lines.append("")
+        served = [r for r in part["systems"] if (r.get("c1") or {}).get("server_ms_p50")]
+        if served:  # where a served top-100's time went at concurrency 1: the response's Timing, p50 of each
+            lines += ["Served at concurrency 1, p50 ms of the client's latency and of the response's timing (server side): "
+                      "transport = client - server total; scoring = server total - tokenise - queue (the micro-batches "
+                      "and the engine around them, wall time); runtime calls = the ONNX Runtime calls' time summed over "
+                      "the request's micro-batches (concurrent workers overlap, so it can exceed scoring).", "",
+                      "| system | client | transport | server total | tokenise | queue | scoring | runtime calls |",
+                      "|---|---:|---:|---:|---:|---:|---:|---:|"]
+            for r in served:
+                s, client = r["c1"]["server_ms_p50"], _p50(r)
+                lines.append(f"| {r['system']} | {_fmt(client, 2)} | {_fmt(client - s['total'], 2)} | {_fmt(s['total'], 2)} | "
+                             f"{_fmt(s['tokenize'], 2)} | {_fmt(s['queue'], 2)} | "
+                             f"{_fmt(s['total'] - s['tokenize'] - s['queue'], 2)} | {_fmt(s['inference'], 2)} |")
+            lines += ["", "(Differences of p50s, not p50s of differences: approximate.)", ""]
         for bi in part.get("batch_invariance", []):
             lines.append(f"- batch invariance, {bi.get('variant')} on {bi.get('device')}: "
                          + (f"max |dScore| {bi['max_abs_score_diff']:.2e} over {bi['pairs']} pairs ({bi['providers'][0]})"
