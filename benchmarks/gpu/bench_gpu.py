@@ -7,10 +7,11 @@ Two steps, each its own subcommand:
 * ``prepare`` (here, on the CPU, from prepare.sh): the students' directories with their weights stored in fp16
   (half the bytes to carry; ``run`` casts them back to fp32, so every system below runs the same fp16-rounded
   values), and the requests (SemEval 2016 C dev: 50 questions, each a top-100 of real comments).
-* ``run`` (on the GPU machine, from run.sh): for each cosine student it exports the artifact there (fp32, fp16 and
-  their prefix-reuse graphs), then measures, on the same requests:
-  - served over gRPC (``r3edge serve --device cuda``, a child process): the fp16 and fp32 variants on the GPU and
-    the fp32 variant on that machine's CPU; p50/p95 ms per top-100 at concurrency 1 and 16, pairs/s;
+* ``run`` (on the GPU machine, from run.sh): for each cosine student it exports the artifact there (fp32, fp16, static
+  QDQ int8 and their prefix-reuse graphs), then measures, on the same requests:
+  - served over gRPC (``r3edge serve --device cuda``, a child process): the fp16 and fp32 variants on the GPU (fp16
+    also under the earlier GPU batch limits), int8 on the GPU, and the fp32 variant on that machine's CPU; p50/p95 ms
+    per top-100 at concurrency 1 and 16, pairs/s, and where a served top-100's time went (the response's timing);
   - in process on the GPU: r3edge's torch scoring graph at fp32 (the reference) and at fp16 with SDPA attention,
     sentence-transformers at fp32 and fp16 (mean pooling + the student's cosine head, as the student scores);
   - parity of each served variant against the torch fp32 reference: argmax agreement, max |Δ expected score|,
@@ -319,7 +320,7 @@ def student_part(key: str, stage: Path, work: Path, queries, device: str, args) 
 
     student = _restore_fp32(stage / "students" / key, work / f"student-{key}")
     t0 = time.perf_counter()
-    art = export_artifact(student, work / f"artifact-{key}", variants=("fp32", "fp16"), prefix_reuse=True,
+    art = export_artifact(student, work / f"artifact-{key}", variants=("fp32", "fp16", "int8"), prefix_reuse=True,
                           log=lambda *a, **k: None)
     export_s = time.perf_counter() - t0
     report = json.loads((art / "export_report.json").read_text())
@@ -342,6 +343,14 @@ def student_part(key: str, stage: Path, work: Path, queries, device: str, args) 
     # earlier limits, which cut it into about three, so the run measures what the change gave.
     rows.append(_served(art, "fp16", device, queries, scorer, args, f"served fp16, {device}, the earlier GPU limits "
                         "(8,192 tokens, 64 pairs)", **GPU_EARLIER_LIMITS))
+    # INT8 on the GPU (issue 46): the static QDQ variant, the one int8 kind the CUDA provider can open (the per-row
+    # kinds are refused on a GPU, r3edge.core.devices.CPU_ONLY_KINDS); what it gives there against fp16 and fp32
+    int8_label = f"served int8 (static QDQ), {device}"
+    if "int8" in json.loads((art / "manifest.json").read_text())["variants"]:
+        rows.append(_served(art, "int8", device, queries, scorer, args, int8_label))
+    else:
+        rows.append({"system": int8_label, "variant": "int8", "device": device, "limits": {},
+                     "error": f"rejected at export: {json.dumps(report['rejected'].get('int8'), default=str)[:600]}"})
     ref = next((r for r in rows if r["system"].startswith("torch fp32") and "_scores" in r), None)
     for r in rows:
         if ref is not None and "_scores" in r:
@@ -355,7 +364,8 @@ def student_part(key: str, stage: Path, work: Path, queries, device: str, args) 
         for k in ("_scores", "_argmax", "_logits"):
             r.pop(k, None)
     part["systems"] = rows
-    part["batch_invariance"] = [_batch_invariance(art, v, device, queries) for v in ("fp32", "fp16")]
+    kept = json.loads((art / "manifest.json").read_text())["variants"]
+    part["batch_invariance"] = [_batch_invariance(art, v, device, queries) for v in ("fp32", "fp16", "int8") if v in kept]
     part["goals"] = _student_goals(rows)
     return part
 
