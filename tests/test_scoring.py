@@ -146,6 +146,34 @@ def test_score_pairs_returns_input_order(scorer):
     assert len(seen) >= 3
 
 
+def test_score_pairs_takes_the_runtimes_batch_limits_unless_given(scorer):
+    """A runtime passed as run_batch brings its device's limits (a GPU session's hold a whole top-100); given
+    limits win, and a bare function gets the CPU defaults."""
+    from r3edge.core.scoring import DEFAULT_MAX_BATCH_SIZE
+
+    class Runtime:
+        max_batch_tokens, max_batch_size = 1 << 20, 3
+
+        def __init__(self):
+            self.sizes = []
+
+        def label_logits(self, ids, mask):
+            self.sizes.append(len(ids))
+            return np.zeros((len(ids), 3), dtype=np.float32)
+
+    docs = ["a"] * 7
+    rt = Runtime()
+    score_pairs(scorer, rt.label_logits, ["q"] * 7, docs)
+    assert rt.sizes == [3, 3, 1]
+    rt.sizes.clear()
+    score_pairs(scorer, rt.label_logits, ["q"] * 7, docs, max_batch_size=7)
+    assert rt.sizes == [7]
+    sizes = []
+    score_pairs(scorer, lambda ids, mask: sizes.append(len(ids)) or np.zeros((len(ids), 3), np.float32),
+                ["q"] * (DEFAULT_MAX_BATCH_SIZE + 1), ["a"] * (DEFAULT_MAX_BATCH_SIZE + 1))
+    assert max(sizes) <= DEFAULT_MAX_BATCH_SIZE
+
+
 def test_score_pairs_cuts_a_long_query_by_default_and_refuses_it_on_request(scorer):
     def run_batch(ids, mask):
         lengths = mask.sum(1)

@@ -614,7 +614,7 @@ def score_pairs(
     documents: Sequence[str],
     *,
     max_batch_tokens: int | None = None,
-    max_batch_size: int = DEFAULT_MAX_BATCH_SIZE,
+    max_batch_size: int | None = None,
     stats: dict | None = None,
     prefix: PrefixRunner | None = None,
     overflow: Overflow = DEFAULT_OVERFLOW,
@@ -623,9 +623,10 @@ def score_pairs(
 
     ``run_batch(input_ids, attention_mask) -> label_logits`` is any runtime (torch, onnxruntime,
     ...). ``stats``, if given, receives ``truncated_docs``, ``doc_tokens_dropped``, ``n_batches`` and
-    ``tokenize_ms`` (the time spent turning text into ids, nothing else). ``max_batch_tokens`` unset:
-    the runtime's own budget (``run_batch.max_batch_tokens``, e.g. larger on a GPU provider), else
-    :data:`DEFAULT_MAX_BATCH_TOKENS`.
+    ``tokenize_ms`` (the time spent turning text into ids, nothing else). ``max_batch_tokens`` and
+    ``max_batch_size`` unset: the runtime's own limits (``run_batch.max_batch_tokens`` and
+    ``.max_batch_size``, larger on a GPU provider), else :data:`DEFAULT_MAX_BATCH_TOKENS` and
+    :data:`DEFAULT_MAX_BATCH_SIZE`.
     Every caller that scores pairs goes through here, so formatting, truncation, batching
     and reordering are the same in training-time evaluation, export parity, serving and benchmarks.
 
@@ -641,8 +642,9 @@ def score_pairs(
         stats["tokenize_ms"] = tokenize_ms
     owner = getattr(run_batch, "__self__", run_batch)  # a runtime, or its bound label_logits
     budget = max_batch_tokens or getattr(owner, "max_batch_tokens", None) or DEFAULT_MAX_BATCH_TOKENS
+    size = max_batch_size or getattr(owner, "max_batch_size", None) or DEFAULT_MAX_BATCH_SIZE
     return score_encoded(scorer, run_batch, encoded, max_batch_tokens=budget,
-                         max_batch_size=max_batch_size, stats=stats, prefix=prefix)
+                         max_batch_size=size, stats=stats, prefix=prefix)
 
 
 def score_encoded(
