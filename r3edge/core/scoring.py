@@ -533,11 +533,11 @@ def softmax(x: np.ndarray) -> np.ndarray:
 DEFAULT_MAX_BATCH_TOKENS = 512
 #: The budget of a session led by a GPU provider (CUDA, TensorRT): a whole top-100 in one micro-batch. The
 #: earlier 8,192 tokens and 64 pairs cut a top-100 of SemEval pairs into about three micro-batches on an H200,
-#: where the fused fp16 MiniLM graph scored a whole top-100 (100 x 128-200 tokens) in 2-3 ms once it had seen
-#: the shape, and 1.3-3.7 ms per new shape with the pinned attention kernel: three calls cost more than one
-#: (benchmarks/results/gpu-students-h200/diagnostics.md). 32,768 tokens hold 100 pairs of up to 327 tokens,
-#: the longest of the students' pairs (the 1.5B causal student's are 200-320). benchmarks/gpu serves the
-#: earlier budget beside it (GPU_EARLIER_LIMITS there).
+#: each a call with its own copies and launch costs, where the fused fp16 MiniLM graph scored a whole top-100
+#: in one call in 2-4 ms (100 x 131 tokens: 3.7 ms with the pinned attention kernel;
+#: benchmarks/results/gpu-students-h200/diagnostics.md). 32,768 tokens hold 100 pairs of up to 327 tokens
+#: (the 1.5B causal student's pairs are 200-320). Not yet measured served: benchmarks/gpu serves the earlier
+#: limits beside it (GPU_EARLIER_LIMITS there).
 GPU_MAX_BATCH_TOKENS = 32768
 #: Pairs in one micro-batch at most: on a CPU (:data:`DEFAULT_MAX_BATCH_TOKENS` caps it first on real
 #: pairs), and on a GPU provider, where a top-100 must fit in one.
