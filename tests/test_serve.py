@@ -32,7 +32,10 @@ def server(tiny_artifact):
     from r3edge.serve.config import ServeConfig
     from r3edge.serve.server import BackgroundServer
 
-    cfg = ServeConfig(artifact=str(tiny_artifact), port=free_port(), max_batch_tokens=4096, max_batch_size=32)
+    # fp32 named: the tests below compare with fp32 scoring, and the manifest's default is whichever of the tiny
+    # student's fp32 and int8 the export timed faster, a near tie that went either way between runs
+    cfg = ServeConfig(artifact=str(tiny_artifact), port=free_port(), variant="fp32", max_batch_tokens=4096,
+                      max_batch_size=32)
     srv = BackgroundServer(cfg).start()
     yield srv
     srv.stop()
