@@ -21,7 +21,7 @@ Cancelled or expired requests leave the queue before their pairs cost compute an
 A student served with prefix-reuse graphs (causal or cosine) takes its micro-batches from one request
 at a time, in queue order (the candidate graph reads one prefix state per call). A request's shared
 prefix (template head + query) runs once, in its own thread while the tokenizer thread still encodes
-the request's documents (the job's ``state``, a future until a worker first needs it), and every
+the request's documents (the job's ``state``, a future every worker reads), and every
 worker scores its candidates' suffixes after it, so one request's micro-batches still spread over the
 workers. Every scoring thread runs at a lower CPU priority than the event loop (:data:`SCORING_NICE`).
 """
@@ -141,8 +141,7 @@ class _Job:
     t_first: float | None = None
     infer_s: float = 0.0
     dropped: DropReason | None = None
-    state: object = None             # prefix reuse: the prefix graph's output (a Future until a worker first reads it)
-    state_lock: threading.Lock = field(default_factory=threading.Lock)
+    state: Future | None = None      # prefix reuse: the prefix graph's output, computed in the prefix thread
 
     def __post_init__(self):
         self.pending = sorted(range(len(self.encoded)), key=lambda i: self.lengths[i])
@@ -369,7 +368,7 @@ class Engine:
             validate()
         docs = list(docs)
         state = None
-        if self._prefix_pool is not None and docs:
+        if self._prefix_pool is not None:  # `check` admitted at least one document
             head = self.scorer.encode_batch([query], [""], overflow=self.overflow)[0].prefix
             state = self._prefix_pool.submit(self.prefix.prefix, np.asarray([head], dtype=np.int64))
         encoded = self.scorer.encode_batch([query] * len(docs), docs, overflow=self.overflow, doc_field=doc_field)
@@ -521,15 +520,11 @@ class Engine:
         """Tokens of a micro-batch, as counted in flight while it runs."""
         return sum(j.lengths[i] for j, i in batch)
 
-    def _prefix_state(self, job: _Job):
-        """The job's prefix state: the prefix thread's result (its error raised here, so it fails the
-        micro-batch), or computed by the first worker to need it; then shared."""
-        with job.state_lock:
-            if isinstance(job.state, Future):
-                job.state = job.state.result()
-            elif job.state is None:
-                job.state = self.prefix.prefix(np.asarray([job.encoded[0].prefix], dtype=np.int64))
-            return job.state
+    @staticmethod
+    def _prefix_state(job: _Job):
+        """The job's prefix state, which :meth:`_encode` started in the prefix thread: every worker waits
+        for the same result (its error raised here, so it fails the micro-batch)."""
+        return job.state.result()
 
     def _run_batch(self, batch: list[tuple[_Job, int]]) -> None:
         start = time.perf_counter()

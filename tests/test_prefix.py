@@ -250,7 +250,7 @@ def test_server_uses_prefix_graphs_and_ranks_like_the_single_graph(artifact):
 
 def test_one_request_runs_its_prefix_once_and_spreads_its_candidates_over_the_workers(artifact):
     """On the prefix path a request's micro-batches go to every worker (not one worker per request), and
-    its prefix graph runs once, whichever worker gets there first."""
+    its prefix graph runs once (in the prefix thread) and every worker waits for that one state."""
     import asyncio
     import threading
     import time
