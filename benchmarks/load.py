@@ -89,7 +89,8 @@ def run_load(target: str, queries: Sequence[QueryCandidates], requests: int, con
         client.close()
         if bar:
             bar.close()
-    srv = np.asarray(server_ms) if server_ms else np.zeros((0, 4))
+    phases = ("queue", "tokenize", "inference", "total")
+    srv = np.asarray(server_ms) if server_ms else np.zeros((0, len(phases)))
     return {
         "target": target,
         "requests": requests,
@@ -100,10 +101,8 @@ def run_load(target: str, queries: Sequence[QueryCandidates], requests: int, con
         "candidates_per_request": float(np.mean([len(c) for _, c in payloads])),
         "latency_ms": percentiles(latencies),
         # where a request's time went inside the server (the response's Timing), against latency_ms at the client
-        "server_ms_mean": {k: (float(srv[:, j].mean()) if len(srv) else None)
-                           for j, k in enumerate(("queue", "tokenize", "inference", "total"))},
-        "server_ms_p50": {k: (float(np.median(srv[:, j])) if len(srv) else None)
-                          for j, k in enumerate(("queue", "tokenize", "inference", "total"))},
+        "server_ms_mean": {k: (float(srv[:, j].mean()) if len(srv) else None) for j, k in enumerate(phases)},
+        "server_ms_p50": {k: (float(np.median(srv[:, j])) if len(srv) else None) for j, k in enumerate(phases)},
         "pairs_per_s": pairs_ok / wall if wall > 0 else None,
         "requests_per_s": len(latencies) / wall if wall > 0 else None,
         "wall_s": wall,

@@ -341,12 +341,14 @@ def student_part(key: str, stage: Path, work: Path, queries, device: str, args) 
         rows.append(_served(art, variant, dev, subset, scorer, args, label))
     # The served default scores a whole top-100 in one micro-batch (GPU_MAX_BATCH_TOKENS); this row serves the
     # earlier limits, which cut it into about three, so the run measures what the change gave.
+    earlier = GPU_EARLIER_LIMITS
     rows.append(_served(art, "fp16", device, queries, scorer, args, f"served fp16, {device}, the earlier GPU limits "
-                        "(8,192 tokens, 64 pairs)", **GPU_EARLIER_LIMITS))
+                        f"({earlier['max_batch_tokens']:,} tokens, {earlier['max_batch_size']} pairs)", **earlier))
     # INT8 on the GPU (issue 46): the static QDQ variant, the one int8 kind the CUDA provider can open (the per-row
     # kinds are refused on a GPU, r3edge.core.devices.CPU_ONLY_KINDS); what it gives there against fp16 and fp32
+    kept = json.loads((art / "manifest.json").read_text())["variants"]
     int8_label = f"served int8 (static QDQ), {device}"
-    if "int8" in json.loads((art / "manifest.json").read_text())["variants"]:
+    if "int8" in kept:
         rows.append(_served(art, "int8", device, queries, scorer, args, int8_label))
     else:
         rows.append({"system": int8_label, "variant": "int8", "device": device, "limits": {},
@@ -364,7 +366,6 @@ def student_part(key: str, stage: Path, work: Path, queries, device: str, args) 
         for k in ("_scores", "_argmax", "_logits"):
             r.pop(k, None)
     part["systems"] = rows
-    kept = json.loads((art / "manifest.json").read_text())["variants"]
     part["batch_invariance"] = [_batch_invariance(art, v, device, queries) for v in ("fp32", "fp16", "int8") if v in kept]
     part["goals"] = _student_goals(rows)
     return part

@@ -44,10 +44,15 @@ gpu_env() {
   enter_scratch "$R3GPU"
 }
 
+# bench_run FLAGS...: bench_gpu.py's `run` on this machine's stage, work folder and device (after gpu_env)
+bench_run() {
+  "$PY" "$REPO/benchmarks/gpu/bench_gpu.py" run --stage "$R3GPU/stage" --out "$OUT" --work "$R3GPU/work" --device "$DEVICE" \
+    "${SMOKE_FLAG[@]}" "$@"
+}
+
 causal() {  # the causal part alone, on a machine where `bench` already installed everything (still held)
   gpu_env
-  "$PY" "$REPO/benchmarks/gpu/bench_gpu.py" run --stage "$R3GPU/stage" --out "$OUT" --work "$R3GPU/work" --device "$DEVICE" \
-    --parts causal --budget-s "$BUDGET_S" --causal-min-s 0 "${SMOKE_FLAG[@]}" 2>&1 | tee "$OUT/causal.log" | grep -v "^\s*$" | tail -60
+  bench_run --parts causal --budget-s "$BUDGET_S" --causal-min-s 0 2>&1 | tee "$OUT/causal.log" | grep -v "^\s*$" | tail -60
 }
 
 # shellcheck source=benchmarks/gpu/bundle.sh
@@ -68,8 +73,7 @@ bench() {
   gpu_env
   # The recommended SemEval student first (the goals are read on it), then the GPU tests, then the causal
   # part (its export needs ~300 s), then the demo student with whatever budget is left.
-  "$PY" "$REPO/benchmarks/gpu/bench_gpu.py" run --stage "$R3GPU/stage" --out "$OUT" --work "$R3GPU/work" --device "$DEVICE" \
-    --parts student:semeval --budget-s $((BUDGET_S - SECONDS - 360)) "${SMOKE_FLAG[@]}" 2>&1 | tee "$OUT/students.log" | grep -v "^\s*$" | tail -40
+  bench_run --parts student:semeval --budget-s $((BUDGET_S - SECONDS - 360)) 2>&1 | tee "$OUT/students.log" | grep -v "^\s*$" | tail -40
 
   # The tests that skip without a GPU (reasons listed with -rs): the CUDA provider's fp16 parity and the device
   # selection; in smoke mode they run and skip as they do in CI.
@@ -95,11 +99,9 @@ EOF
   else
     echo "{\"not_run\": \"budget: ${tests_s} s left\"}" > "$R3GPU/gpu-tests.json"
   fi
-  "$PY" "$REPO/benchmarks/gpu/bench_gpu.py" run --stage "$R3GPU/stage" --out "$OUT" --work "$R3GPU/work" --device "$DEVICE" \
-    --parts causal --pytest-json "$R3GPU/gpu-tests.json" --budget-s $((BUDGET_S - SECONDS)) "${SMOKE_FLAG[@]}" 2>&1 \
+  bench_run --parts causal --pytest-json "$R3GPU/gpu-tests.json" --budget-s $((BUDGET_S - SECONDS)) 2>&1 \
     | tee "$OUT/causal.log" | grep -v "^\s*$" | tail -60
-  "$PY" "$REPO/benchmarks/gpu/bench_gpu.py" run --stage "$R3GPU/stage" --out "$OUT" --work "$R3GPU/work" --device "$DEVICE" \
-    --parts student:demo --budget-s $((BUDGET_S - SECONDS)) "${SMOKE_FLAG[@]}" 2>&1 | tee "$OUT/demo.log" | grep -v "^\s*$" | tail -30
+  bench_run --parts student:demo --budget-s $((BUDGET_S - SECONDS)) 2>&1 | tee "$OUT/demo.log" | grep -v "^\s*$" | tail -30
   echo "bench step: ${SECONDS} s; results in $OUT"
 }
 
