@@ -46,7 +46,7 @@ def main(artifact: str, heldout: str, out: str) -> None:
             proc = subprocess.Popen([sys.executable, "-m", "r3edge", "serve", artifact, "--port", str(port), *flags],
                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             servers[name] = (proc, f"127.0.0.1:{port}")
-        for name, (proc, target) in servers.items():  # up and warm (the engine warms up before SERVING)
+        for name, (_proc, target) in servers.items():  # up and warm (the engine warms up before SERVING)
             for _ in range(240):
                 if run_load(target, queries[:1], 1, 1, progress=False)["ok"] == 1:
                     break
@@ -58,7 +58,8 @@ def main(artifact: str, heldout: str, out: str) -> None:
             for name, (_proc, target) in servers.items():
                 r = run_load(target, queries, REQUESTS, 1, progress=False)
                 assert r["ok"] == REQUESTS, (name, r["errors"])
-                rows[name].append({"client_p50_ms": r["latency_ms"]["p50"], **{f"server_{k}_p50_ms": v for k, v in r["server_ms_p50"].items()}})
+                server = {f"server_{k}_p50_ms": v for k, v in r["server_ms_p50"].items()}
+                rows[name].append({"client_p50_ms": r["latency_ms"]["p50"], **server})
     finally:
         for proc, _target in servers.values():
             proc.terminate()
