@@ -447,8 +447,9 @@ class Scorer:
 
     def _encode_texts(self, texts: Sequence[str]) -> list:
         """User texts to token ids (special-token strings as plain text), without character offsets:
-        ``encode_batch_fast`` (tokenizers >= 0.21) skips computing them, about a fifth of a SemEval top-100's
-        tokenising on 2 cores; :meth:`render_batch`, which needs offsets, encodes its own."""
+        ``encode_batch_fast`` skips computing them (with the reads below, a fifth of a SemEval top-100's
+        tokenising on 2 cores; a tokenizers release without it falls back to ``encode_batch``).
+        :meth:`render_batch`, which needs offsets, encodes its own."""
         tok = self._text_tokenizer
         return getattr(tok, "encode_batch_fast", tok.encode_batch)(list(texts), add_special_tokens=False)
 
