@@ -10,60 +10,40 @@ the server's own timing (tokenise, queue, total), so transport is told apart.
     .venv/bin/python benchmarks/results/probes-semeval-student-cpu-2core/engine_settings.py ARTIFACT HELDOUT.jsonl OUT.json
 """
 import json
-import socket
 import statistics
-import subprocess
 import sys
-import time
+from contextlib import ExitStack
 from pathlib import Path
 
 from r3edge.benchmarks.load import run_load
 from r3edge.benchmarks.machine import machine_info
+from r3edge.benchmarks.systems import serve_artifact
 from r3edge.core.pairs import read_queries
 
-SETTINGS = {  # name: extra `r3edge serve` flags
-    "256 tokens, 2 x 1": ["--max-batch-tokens", "256"],
-    "default (512 tokens, 2 workers x 1 thread)": [],
-    "1,024 tokens, 2 x 1": ["--max-batch-tokens", "1024"],
-    "2,048 tokens, 2 x 1": ["--max-batch-tokens", "2048"],
-    "512 tokens, 1 worker x 2 threads": ["--workers", "1", "--threads", "2"],
+SETTINGS = {  # name: `r3edge serve` settings besides the artifact (serve_artifact's threads and limits)
+    "256 tokens, 2 x 1": {"max_batch_tokens": 256},
+    "default (512 tokens, 2 workers x 1 thread)": {},
+    "1,024 tokens, 2 x 1": {"max_batch_tokens": 1024},
+    "2,048 tokens, 2 x 1": {"max_batch_tokens": 2048},
+    "512 tokens, 1 worker x 2 threads": {"workers": 1, "threads": 2},  # threads unset: the server's own
 }
 ROUNDS, REQUESTS = 8, 10
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def main(artifact: str, heldout: str, out: str) -> None:
     queries = read_queries(Path(heldout))
-    servers = {}
-    try:
-        for name, flags in SETTINGS.items():
-            port = free_port()
-            proc = subprocess.Popen([sys.executable, "-m", "r3edge", "serve", artifact, "--port", str(port), *flags],
-                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            servers[name] = (proc, f"127.0.0.1:{port}")
-        for name, (_proc, target) in servers.items():  # up and warm (the engine warms up before SERVING)
-            for _ in range(240):
-                if run_load(target, queries[:1], 1, 1, progress=False)["ok"] == 1:
-                    break
-                time.sleep(1)
-            else:
-                raise RuntimeError(f"{name} ({target}) did not answer within 240 s")
+    with ExitStack() as stack:
+        servers = {name: stack.enter_context(serve_artifact(artifact, None, **{"threads": None, **settings}))
+                   for name, settings in SETTINGS.items()}  # each yields once SERVING (warmed up)
+        for name, target in servers.items():  # and one request each before the rounds
+            assert run_load(target, queries[:1], 1, 1, progress=False)["ok"] == 1, name
         rows = {name: [] for name in servers}
         for _round in range(ROUNDS):
-            for name, (_proc, target) in servers.items():
+            for name, target in servers.items():
                 r = run_load(target, queries, REQUESTS, 1, progress=False)
                 assert r["ok"] == REQUESTS, (name, r["errors"])
                 server = {f"server_{k}_p50_ms": v for k, v in r["server_ms_p50"].items()}
                 rows[name].append({"client_p50_ms": r["latency_ms"]["p50"], **server})
-    finally:
-        for proc, _target in servers.values():
-            proc.terminate()
-            proc.wait(timeout=30)
     table = {}
     for name, rs in rows.items():
         table[name] = {k: round(statistics.median(r[k] for r in rs), 1) for k in rs[0]}
