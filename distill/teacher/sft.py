@@ -71,6 +71,7 @@ from r3edge.distill.hf_trainer import (
 from r3edge.distill.label.driver import file_sha256, load_teacher_config
 from r3edge.distill.label.judges import get_judge
 from r3edge.distill.teacher.traces import Trace, gold_traces, label_traces, select
+from r3edge.model.kv_cache import cache_kwargs, cache_of
 from r3edge.model.loading import load_model, load_tokenizer, native_bf16, save_hf_model, torch_dtype
 
 REPORT_FILE = "sft_report.json"
@@ -237,12 +238,12 @@ class SharedPrefixStep(torch.nn.Module):
         p = 0 if prefix_ids is None else prefix_ids.shape[1]
         if p:
             with torch.set_grad_enabled(self.prefix_gradients and torch.is_grad_enabled()):
-                cache = decoder(input_ids=prefix_ids, use_cache=True).past_key_values
+                cache = cache_of(decoder(input_ids=prefix_ids, use_cache=True))
             cache.batch_repeat_interleave(input_ids.shape[0])
             full_mask = torch.cat([attention_mask.new_ones(input_ids.shape[0], p), attention_mask], dim=1)
             pos = torch.arange(p, p + input_ids.shape[1], device=input_ids.device).expand(input_ids.shape[0], -1)
-            hidden = decoder(input_ids=input_ids, attention_mask=full_mask, position_ids=pos, past_key_values=cache,
-                             use_cache=True).last_hidden_state
+            hidden = decoder(input_ids=input_ids, attention_mask=full_mask, position_ids=pos, use_cache=True,
+                             **cache_kwargs(cache)).last_hidden_state
         else:
             hidden = decoder(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).last_hidden_state
         return lm.get_output_embeddings()(hidden[:, :-1][sel]), targets[sel]

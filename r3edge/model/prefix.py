@@ -39,6 +39,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from r3edge.model.kv_cache import cache_kwargs
 from r3edge.model.student import mean_unit_embedding
 
 #: the cosine split's state, the prefix graph's output and the candidate graph's third input
@@ -106,7 +107,7 @@ class PrefixGraph(nn.Module):
     def forward(self, input_ids: torch.Tensor) -> tuple[torch.Tensor, ...]:
         position_ids = torch.arange(input_ids.shape[1], device=input_ids.device).unsqueeze(0)
         cache = _cache(self.lm)
-        self.lm.get_decoder()(input_ids=input_ids, position_ids=position_ids, past_key_values=cache, use_cache=True)
+        self.lm.get_decoder()(input_ids=input_ids, position_ids=position_ids, use_cache=True, **cache_kwargs(cache))
         return tuple(t for layer in cache.layers for t in (layer.keys, layer.values))
 
 
@@ -132,8 +133,8 @@ class CandidateGraph(nn.Module):
         position_ids = prefix_len + (attention_mask.cumsum(-1) - 1).clamp(min=0)
         full_mask = torch.cat([attention_mask.new_ones(batch, prefix_len), attention_mask], dim=-1)
         hidden = self.lm.get_decoder()(
-            input_ids=input_ids, attention_mask=full_mask, position_ids=position_ids, past_key_values=cache,
-            use_cache=True,
+            input_ids=input_ids, attention_mask=full_mask, position_ids=position_ids, use_cache=True,
+            **cache_kwargs(cache),
         ).last_hidden_state
         steps = torch.arange(attention_mask.shape[-1], device=attention_mask.device)
         last = (attention_mask * steps).argmax(-1)

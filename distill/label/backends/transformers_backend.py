@@ -22,6 +22,7 @@ from r3edge.core.config import GenerationParams, ModelSpec
 from r3edge.core.errors import InvalidInput, R3EdgeError, require
 from r3edge.core.sequences import common_prefix_length
 from r3edge.distill.label.backends import Conversation, Generation
+from r3edge.model.kv_cache import cache_kwargs, cache_of
 
 _torch = require("torch", "train")
 _transformers = require("transformers", "train")
@@ -151,8 +152,8 @@ class TransformersBackend:
         pre_ids = torch.tensor([[pad] * (top - p) + seg[0][:p] for seg, p in zip(segments, shared)], dtype=torch.long,
                                device=self.device)
         pre_mask = torch.tensor([[0] * (top - p) + [1] * p for p in shared], dtype=torch.long, device=self.device)
-        cache = self.model(input_ids=pre_ids, attention_mask=pre_mask, position_ids=(pre_mask.cumsum(-1) - 1).clamp(min=0),
-                           use_cache=True).past_key_values
+        cache = cache_of(self.model(input_ids=pre_ids, attention_mask=pre_mask,
+                                    position_ids=(pre_mask.cumsum(-1) - 1).clamp(min=0), use_cache=True))
         cache.batch_select_indices(torch.tensor([g for g, n in enumerate(sizes) for _ in range(n)], device=self.device))
         ids, mask = [], []
         for seg, p in zip(segments, shared):
@@ -180,7 +181,7 @@ class TransformersBackend:
             t0 = time.perf_counter()
             with torch.inference_mode():
                 ids, mask, cache = self._prefill(rows, sizes)
-                res = self._generate(ids, mask, max_new_tokens, stop, past_key_values=cache)
+                res = self._generate(ids, mask, max_new_tokens, stop, **cache_kwargs(cache))
             share = (time.perf_counter() - t0) / len(rows)
             new = res.sequences[:, ids.shape[1]:].tolist()
             for j, i in enumerate(idx):
@@ -248,7 +249,7 @@ class TransformersBackend:
             t0 = time.perf_counter()
             with torch.inference_mode():
                 ids, mask, cache = self._prefill(rows, sizes)
-                res = self._generate(ids, mask, max_new_tokens, stop, past_key_values=cache)
+                res = self._generate(ids, mask, max_new_tokens, stop, **cache_kwargs(cache))
                 new = res.sequences[:, ids.shape[1]:].tolist()
                 cached = res.sequences.shape[1] - 1  # the last generated token was never fed
                 texts, keep, tails = [], [], []
@@ -282,7 +283,7 @@ class TransformersBackend:
                 start = mask.sum(-1, keepdim=True) + gen_mask.sum(-1, keepdim=True)
                 pos = (start + step_mask.cumsum(-1) - 1).clamp(min=0)
                 logits = self.model(input_ids=step_ids, attention_mask=full_mask, position_ids=pos,
-                                    past_key_values=res.past_key_values, logits_to_keep=1).logits
+                                    logits_to_keep=1, **cache_kwargs(cache_of(res))).logits
                 p = torch.softmax(logits[:, -1, :].index_select(-1, sel).double(), dim=-1).cpu().numpy()
             share = (time.perf_counter() - t0) / len(rows)
             for j, i in enumerate(idx):
@@ -323,7 +324,7 @@ class TransformersBackend:
                 start = 0 if cache is None else cache.get_seq_length()
                 pos = (mask.cumsum(-1) - 1).clamp(min=0)
                 logits = self.model(input_ids=ids[:, start:], attention_mask=mask, position_ids=pos[:, start:],
-                                    past_key_values=cache, logits_to_keep=1).logits[:, -1, :]
+                                    logits_to_keep=1, **cache_kwargs(cache)).logits[:, -1, :]
                 for j, i in enumerate(idx):
                     row = logits[j].index_select(-1, sels[convs[i][1]]).double()
                     probs[i] = torch.softmax(row, dim=-1).cpu().numpy()
