@@ -405,19 +405,18 @@ class Scorer:
             raise ValueError("queries and documents differ in length")
         spec = self.spec
         uniq = list(dict.fromkeys(queries))
-        q_full = dict(zip(uniq, (e.ids for e in self._encode_texts(uniq))))
-        for q, qi in q_full.items():
-            if len(qi) > spec.max_query_tokens and overflow == "reject":
+        # per query once: its prefix ids, what it drops, the budget it leaves a document
+        per_query = {}
+        for q, e in zip(uniq, self._encode_texts(uniq)):
+            q_ids = e.ids
+            if len(q_ids) > spec.max_query_tokens and overflow == "reject":
                 raise InvalidInput(
-                    f"query is {len(qi)} tokens, over max_query_tokens={spec.max_query_tokens} "
+                    f"query is {len(q_ids)} tokens, over max_query_tokens={spec.max_query_tokens} "
                     f"(query starts {q[:60]!r})",
                     "shorten the query, raise max_query_tokens in the student config and retrain, "
                     "or let it be cut (overflow truncate, the default; r3edge serve --overflow truncate)",
                     field="query",
                 )
-        # per query once: its prefix ids, what it drops, the budget it leaves a document
-        per_query = {}
-        for q, q_ids in q_full.items():
             qi = q_ids[: spec.max_query_tokens]
             per_query[q] = (self._head + qi + self._mid, len(q_ids) - len(qi),
                             min(spec.max_doc_tokens, spec.max_total_tokens - self.fixed_tokens - len(qi)))
