@@ -315,6 +315,27 @@ def test_plot_panel_grows_with_its_labels(tmp_path):
         assert c.size[1] > many_h * 1.8
 
 
+@pytest.mark.parametrize("xs", [[0.2018, 0.2037, 0.4826], [0.012, 0.3, 180.0]])
+def test_latency_axis_has_labelled_ticks_however_narrow_the_points(xs):
+    """The demo's three variants (0.20-0.48 s per top-100) span less than a decade: with ticks at powers of
+    ten alone the plot's latency axis had no number on it. Every panel shows at least two."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from r3edge.benchmarks.report import log_seconds_axis
+
+    fig, ax = plt.subplots()
+    log_seconds_axis(ax, xs)
+    fig.canvas.draw()
+    lo, hi = ax.get_xlim()
+    shown = [t.get_text() for t, v in zip(ax.get_xticklabels(), ax.get_xticks()) if lo <= v <= hi and t.get_text()]
+    plt.close(fig)
+    assert lo <= min(xs) and max(xs) <= hi
+    assert len(shown) >= 2, shown
+
+
 @pytest.mark.skipif(not (SHARED_DATA / "semeval2016-cqa" / "subtaskC_dev.jsonl").is_file(),
                     reason="SemEval-2016 CQA is absent (../shared/data/semeval2016-cqa)")
 def test_bench_on_a_semeval_slice(tiny_artifact, tmp_path):
