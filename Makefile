@@ -64,7 +64,7 @@ test: install vllm lint
 	$(PY) -m pytest -q $(XDIST)
 
 # The tests not marked slow: contracts, parsers, validation, packaging, and the serving side on one tiny
-# model that torch builds and exports once (471 tests; 84 s in one process, 65 s on two workers, 2-core AMD EPYC).
+# model that torch builds and exports once (timed at 471 tests: 84 s in one process, 65 s on two workers, 2-core AMD EPYC).
 test-fast: install lint
 	$(PY) -m pytest -q -m "not slow" $(XDIST)
 
