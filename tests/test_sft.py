@@ -7,9 +7,10 @@ import json
 
 import pytest
 from conftest import CONFIGS, TINY_TEACHER
+from pydantic import ValidationError
 
-from r3edge.core.config import TraceParams
-from r3edge.core.errors import R3EdgeError
+from r3edge.core.config import SFTParams, TraceParams
+from r3edge.core.errors import InvalidInput, R3EdgeError
 from r3edge.core.labels import read_labels, write_manifest, write_shard
 from r3edge.core.pairs import read_queries
 from r3edge.distill.label.driver import file_sha256, load_teacher_config, pair_context
@@ -291,9 +292,11 @@ def test_sft_loss_is_the_causal_lm_loss_on_the_masked_labels(tmp_path):
 
 
 @pytest.mark.slow
-def test_prefix_without_gradients_runs_the_shared_prefix_outside_autograd(tmp_path):
+def test_prefix_and_context_without_gradients_run_outside_autograd(tmp_path):
     """``train.prefix_gradients: false``: the same loss, but the step's prefix pass records no graph, so the
-    backward pass covers the rows' own tokens only (and the weights' gradients change)."""
+    backward pass covers the rows' own tokens only (and the weights' gradients change).
+    ``train.context_gradients: false`` as well: each row's tokens before its reply join the cache in a pass
+    without a graph, and the same loss comes from a graph over the replies alone."""
     import torch
 
     from r3edge.distill.teacher.sft import SFTCollator, SharedPrefixStep, reply_examples, shared_prefix_chunks, stop_token_ids
@@ -304,28 +307,45 @@ def test_prefix_without_gradients_runs_the_shared_prefix_outside_autograd(tmp_pa
     tok = load_tokenizer(cfg.model.tokenizer_ref)
     torch.manual_seed(0)
     lm = load_model(cfg.model)
+    for w in lm.parameters():  # std-0.02 weights attend near-uniformly and would hide a position error
+        w.data.normal_(0, 0.2)
     traces = gold_traces(cfg, judge, read_queries(_pairs(tmp_path, TOY))).traces
     examples = [ex for t in traces for ex in reply_examples(tok, t.messages, judge.reply_prefix, [False, True],
                                                             stop_token_ids(tok, lm))]
     (chunk,) = shared_prefix_chunks(examples, ["q"] * len(examples), size=8)
     batch = SFTCollator(tok.pad_token_id)([chunk])
+    n = len(chunk["input_ids"])
+    replies = [next(i for i, x in enumerate(lab) if x != -100) - 1 for lab in chunk["labels"]]
+    assert min(replies) > 10 and len(set(replies)) > 1  # contexts of different lengths: the cache has holes
     seen = []
     hook = lm.get_decoder().register_forward_hook(
-        lambda _m, _args, out: seen.append((out.last_hidden_state.shape[0], out.last_hidden_state.requires_grad)))
-    losses, grads = {}, {}
-    for flag in (True, False):
+        lambda _m, _args, out: seen.append((out.last_hidden_state.shape, out.last_hidden_state.requires_grad)))
+    outputs, grads = {}, {}
+    settings = {"all": (True, True), "rows": (False, True), "replies": (False, False)}
+    for name, (prefix, context) in settings.items():
         seen.clear()
         lm.zero_grad()
-        logits, targets = SharedPrefixStep(lm, prefix_gradients=flag)(
+        logits, targets = SharedPrefixStep(lm, prefix_gradients=prefix, context_gradients=context)(
             batch["input_ids"], batch["attention_mask"], batch["labels"], batch["prefix_ids"])
         loss = torch.nn.functional.cross_entropy(logits, targets)
         loss.backward()
-        losses[flag], grads[flag] = loss.detach(), [w.grad.clone() for w in lm.parameters()]
-        # the prefix pass (batch 1), then the rows' pass (one per row)
-        assert seen == [(1, flag), (len(chunk["input_ids"]), True)], seen
+        outputs[name], grads[name] = logits.detach(), [w.grad.clone() for w in lm.parameters()]
+        # the prefix pass (batch 1), [the contexts' pass,] then the rows' pass (one per row)
+        width, p = batch["input_ids"].shape[1], len(chunk["prefix"])
+        passes = [((1, p), prefix)] + ([] if context else [((n, max(replies)), False)])
+        passes.append(((n, width if context else width - min(replies)), True))
+        assert [(tuple(shape[:2]), g) for shape, g in seen] == passes, seen
     hook.remove()
-    assert torch.allclose(losses[True], losses[False])
-    assert not all(torch.allclose(a, b) for a, b in zip(grads[True], grads[False]))
+    # the same logits at the same labelled positions (the loss of random weights is ~ln(vocabulary) whatever they are)
+    assert torch.allclose(outputs["all"], outputs["rows"], atol=1e-5)
+    assert torch.allclose(outputs["all"], outputs["replies"], atol=1e-5), (outputs["all"] - outputs["replies"]).abs().max()
+    for a, b in (("all", "rows"), ("rows", "replies")):
+        assert not all(torch.allclose(x, y) for x, y in zip(grads[a], grads[b]))
+    assert all(g.abs().sum() > 0 for g in grads["replies"])  # every weight still learns from the replies
+    with pytest.raises(InvalidInput, match="prefix_gradients=False"):
+        SharedPrefixStep(lm, prefix_gradients=True, context_gradients=False)
+    with pytest.raises(ValidationError, match="train.prefix_gradients: false"):
+        SFTParams(context_gradients=False)
 
 
 def test_shared_prefix_chunks_stop_before_the_first_label():

@@ -214,10 +214,12 @@ class SharedPrefixStep(torch.nn.Module):
 
     The shared prefix of a step runs once (batch 1) and its key/value cache is repeated for every
     row, with gradients flowing back through it (``prefix_gradients``; without them the prefix runs outside
-    autograd, so a step back-propagates its rows' suffixes only); the rows then run only their own suffix. The
-    vocabulary projection runs only where a label is, not over the whole prompt: prompts are
-    most of a trace, and the projection is most of a small model's cost. It is a module's forward,
-    not code in the loss, because DDP averages the gradients of what runs through its forward only.
+    autograd, so a step back-propagates its rows' suffixes only); the rows then run only their own suffix.
+    Without ``context_gradients`` each row's tokens before its reply (from the one that predicts its first
+    label) join the cache outside autograd too, so only the replies are back-propagated. The vocabulary
+    projection runs only where a label is, not over the whole prompt: prompts are most of a trace, and the
+    projection is most of a small model's cost. It is a module's forward, not code in the loss, because DDP
+    averages the gradients of what runs through its forward only.
     """
 
     #: the Trainer counts ``num_items_in_batch`` (over every process) from the labels, over ``labels[..., 1:]``
@@ -225,27 +227,51 @@ class SharedPrefixStep(torch.nn.Module):
     accepts_loss_kwargs = True
     loss_type = "ForCausalLM"
 
-    def __init__(self, lm, prefix_gradients: bool = True):
+    def __init__(self, lm, prefix_gradients: bool = True, context_gradients: bool = True):
         super().__init__()
+        if not context_gradients and prefix_gradients:
+            raise InvalidInput("context_gradients=False cuts the shared prefix's gradients too",
+                               "pass prefix_gradients=False with it")
         self.lm = lm
         self.prefix_gradients = prefix_gradients
+        self.context_gradients = context_gradients
 
     def forward(self, input_ids, attention_mask, labels, prefix_ids=None):
         lm = self.lm.get_base_model() if hasattr(self.lm, "get_base_model") else self.lm
         decoder = lm.get_decoder()
-        targets = labels[:, 1:]
-        sel = targets != IGNORE
+        n, width = input_ids.shape
         p = 0 if prefix_ids is None else prefix_ids.shape[1]
+        cache, seen = None, attention_mask.new_ones(n, p)  # the cache, and which of its positions each row sees
         if p:
             with torch.set_grad_enabled(self.prefix_gradients and torch.is_grad_enabled()):
                 cache = cache_of(decoder(input_ids=prefix_ids, use_cache=True))
-            cache.batch_repeat_interleave(input_ids.shape[0])
-            full_mask = torch.cat([attention_mask.new_ones(input_ids.shape[0], p), attention_mask], dim=1)
-            pos = torch.arange(p, p + input_ids.shape[1], device=input_ids.device).expand(input_ids.shape[0], -1)
-            hidden = decoder(input_ids=input_ids, attention_mask=full_mask, position_ids=pos, use_cache=True,
-                             **cache_kwargs(cache)).last_hidden_state
-        else:
+            cache.batch_repeat_interleave(n)
+        # row i back-propagates from column start[i]: the token whose output predicts its first label
+        start = torch.zeros(n, dtype=torch.long, device=input_ids.device)
+        if not self.context_gradients:
+            start = ((labels != IGNORE).long().argmax(dim=1) - 1).clamp(min=0)
+        c = int(start.max())
+        if c:
+            cols = torch.arange(c, device=input_ids.device)
+            with torch.no_grad():  # every row's first c tokens; a row's own reply then sees only its context
+                cache = cache_of(decoder(input_ids=input_ids[:, :c], attention_mask=torch.cat([seen, attention_mask[:, :c]], dim=1),
+                                         position_ids=(p + cols).expand(n, -1), use_cache=True,
+                                         **({} if cache is None else cache_kwargs(cache))))
+            seen = torch.cat([seen, (cols < start[:, None]).to(attention_mask.dtype)], dim=1)
+            # each row's remaining tokens, shifted to column 0
+            take = (start[:, None] + torch.arange(width - int(start.min()), device=input_ids.device)).clamp(max=width - 1)
+            inside = (start[:, None] + torch.arange(take.shape[1], device=input_ids.device)) < width
+            input_ids = input_ids.gather(1, take)
+            attention_mask = attention_mask.gather(1, take) * inside
+            labels = labels.gather(1, take).masked_fill(~inside, IGNORE)
+        targets = labels[:, 1:]
+        sel = targets != IGNORE
+        if cache is None:
             hidden = decoder(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).last_hidden_state
+        else:
+            pos = p + start[:, None] + torch.arange(input_ids.shape[1], device=input_ids.device)
+            hidden = decoder(input_ids=input_ids, attention_mask=torch.cat([seen, attention_mask], dim=1), position_ids=pos,
+                             use_cache=True, **cache_kwargs(cache)).last_hidden_state
         return lm.get_output_embeddings()(hidden[:, :-1][sel]), targets[sel]
 
 
@@ -261,8 +287,8 @@ class SFTTrainer(GlobalBatchTrainer):
     tokens_seen = 0
     finite = FiniteSteps()
 
-    def __init__(self, model, prefix_gradients: bool = True, **kwargs):
-        super().__init__(model=SharedPrefixStep(model, prefix_gradients), **kwargs)
+    def __init__(self, model, prefix_gradients: bool = True, context_gradients: bool = True, **kwargs):
+        super().__init__(model=SharedPrefixStep(model, prefix_gradients, context_gradients), **kwargs)
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         # accelerate puts bf16 autocast around the top module's forward only where it wraps it; say it here
@@ -533,7 +559,8 @@ def _fit(model, tokenizer, chunks: list[dict], tp: SFTParams, *, bf16: bool, epo
         args = training_arguments(scratch, tp.model_copy(update={"batch_size": 1}), bf16=bf16, epochs=epochs, max_steps=max_steps,
                                   batch_field=None, lr_scheduler_type=tp.lr_scheduler)
         progress, finite, clock = ProgressCallback("sft"), FiniteSteps(tp.max_skipped_steps), TimeBudget(tp.max_seconds)
-        trainer = SFTTrainer(model=model, prefix_gradients=tp.prefix_gradients, args=args, train_dataset=dataset,
+        trainer = SFTTrainer(model=model, prefix_gradients=tp.prefix_gradients,
+                             context_gradients=tp.context_gradients, args=args, train_dataset=dataset,
                              data_collator=SFTCollator(pad),
                              callbacks=[progress, finite, clock])
         trainer.finite = finite

@@ -278,12 +278,24 @@ class SFTParams(Strict):
     #: round-2 instructions up to the post); false runs it outside autograd, so only the rows' own tokens are
     #: back-propagated (7.9 s against 10.0 s a demo step on 2 AVX2 cores, benchmarks/results/demo-levers-cpu-2core)
     prefix_gradients: bool = True
+    #: whether gradients flow back through each row's own tokens before its reply (for R³A: the post and the
+    #: round-2 instructions after it, ~80% of a demo row); false runs them outside autograd as well, so only
+    #: the reply's tokens are back-propagated. The loss is unchanged (the forward pass is the same); the
+    #: gradients reach the context only through the reply's attention. Needs ``prefix_gradients: false``.
+    context_gradients: bool = True
     #: optimiser steps with a NaN/inf loss or gradient that are skipped (their gradients dropped) before
     #: training stops with a QUALITY error and saves nothing (r3edge.distill.hf_trainer.FiniteSteps)
     max_skipped_steps: int = Field(0, ge=0)
     #: end training after the step that passes this many seconds (None: the configured epochs), so a run
     #: on a lent machine saves its model inside one call; the report says where it stopped
     max_seconds: float | None = Field(None, gt=0)
+
+    @model_validator(mode="after")
+    def _context_after_prefix(self):
+        if not self.context_gradients and self.prefix_gradients:
+            raise ValueError("train.context_gradients: false runs the rows' context outside autograd, which cuts the "
+                             "shared prefix's gradients too; set train.prefix_gradients: false as well")
+        return self
 
 
 class SFTConfig(Strict):
