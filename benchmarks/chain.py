@@ -232,6 +232,8 @@ def plot(results: dict, path: str | Path) -> Path:
     require("matplotlib", "bench").use("Agg")
     import matplotlib.pyplot as plt
 
+    from r3edge.benchmarks.report import log_seconds_axis
+
     rows = results["rows"]
     axes = axes_of(rows)
     floors = [r for r in rows if r["latency"].get("p50_ms") is None and r["quality"].get("ndcg@10") is not None]
@@ -246,7 +248,7 @@ def plot(results: dict, path: str | Path) -> Path:
             ax.axhline(r["quality"]["ndcg@10"], color="grey", linestyle=style, linewidth=1,
                        label=f"{r['system']} {r['quality']['ndcg@10']:.3f}")
         if timed:
-            ax.set_xscale("log")
+            log_seconds_axis(ax, [r["latency"]["p50_ms"] for r in timed])
         ax.set_xlabel("ms per request (log)")
         ax.set_ylabel("nDCG@10")
         ax.set_title(f"{axes.get(axis, '')}: {axis}"[:70], fontsize=9)

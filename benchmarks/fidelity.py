@@ -135,7 +135,8 @@ def plot(results: dict, path: Path) -> Path:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from matplotlib.ticker import ScalarFormatter
+
+    from r3edge.benchmarks.report import log_seconds_axis
 
     fig, ax = plt.subplots(figsize=(7.5, 4.5))
     axis, points, elsewhere = placed(results)
@@ -153,11 +154,10 @@ def plot(results: dict, path: Path) -> Path:
         # wrapped: a device's description runs wider than the axes and the figure would clip it
         ax.plot([], [], linestyle="none", label=textwrap.fill(f"not on this axis: {text}", 70))
     ax.legend(loc="upper left", fontsize=8)  # the points sit well below 1.0 on real data
-    ax.set_xscale("log")
-    ax.xaxis.set_major_formatter(ScalarFormatter())
-    ax.xaxis.set_minor_formatter(ScalarFormatter())
+    log_seconds_axis(ax, [x / 1e3 for x, _ in points])
     ax.set_ylim(0, 1.0)
-    ax.set_xlabel(f"p50 seconds per {per_request(results['settings'])} request (log)")
+    size = per_request(results["settings"])  # "request" where the run did not count its pairs
+    ax.set_xlabel(f"p50 seconds per {size if size == 'request' else size + ' request'} (log)")
     ax.set_ylabel("nDCG@10 vs gold (SemEval C dev)")
     ax.grid(True, which="both", alpha=0.3)
     ax.set_title(f"latency vs nDCG@10 (latency on {axis})" if axis else "latency vs nDCG@10", fontsize=9)
