@@ -17,7 +17,8 @@ cd "$clone"
 collect() {  # run dir, suffix
   for f in report.md results.json latency_vs_accuracy.png teacher/sft_report.json student/train_report.json \
            artifact/export_report.json labels/train/manifest.json labels/heldout/manifest.json; do
-    [ -f "$1/$f" ] && cp "$1/$f" "$out/$(echo "$f" | tr / -)$2"
+    name=$(echo "$f" | tr / -)
+    [ -f "$1/$f" ] && cp "$1/$f" "$out/${name%.*}$2.${name##*.}"  # report-seed1.md, not report.md-seed1
   done
 }
 /usr/bin/time -f "make install: %e s" -o "$out/time-install.txt" make install > "$out/install.log" 2>&1
