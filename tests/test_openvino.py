@@ -311,3 +311,27 @@ def test_openvino_presets_are_validated_dataclasses():
     with pytest.raises(InvalidInput) as exc:
         OpenVinoPreset("ov-x", "fp32", inference_precision="f16")
     assert exc.value.field == "inference_precision"
+
+
+def test_compiled_variants_bound_the_cpu_plugins_per_shape_cache(encoder_artifact, monkeypatch):
+    """Every IR is compiled with a bounded per-shape runtime cache: with OpenVINO's default (5000 entries) a
+    served ov-int8 demo student grew from 301 to 1,303 MB over three stress probes, with 200 it held at 717 MB
+    (benchmarks/results/openvino-shape-cache-cpu-2core). The key is a hidden one of the CPU plugin, so this
+    also shows that the installed OpenVINO still accepts it."""
+    import openvino as ov
+
+    from r3edge.core import openvino_runtime
+    from r3edge.core.openvino_runtime import OpenVinoRuntime
+
+    seen = []
+    real = ov.Core.compile_model
+
+    def spy(self, model, device=None, config=None, **kw):
+        seen.append(dict(config or {}))
+        return real(self, model, device, config, **kw)
+
+    monkeypatch.setattr(ov.Core, "compile_model", spy)
+    rt = OpenVinoRuntime(encoder_artifact, "ov-int8", threads=1)
+    assert np.isfinite(_scores(rt)).all()
+    assert seen and all(c.get("CPU_RUNTIME_CACHE_CAPACITY") == str(openvino_runtime.RUNTIME_CACHE_CAPACITY) for c in seen), seen
+    assert 0 < openvino_runtime.RUNTIME_CACHE_CAPACITY <= 1000  # 0 re-creates every kernel: 20% slower per top-100

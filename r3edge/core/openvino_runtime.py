@@ -33,6 +33,11 @@ DEVICES = ("auto", "cpu")
 PRECISIONS = ("f32", "bf16")
 #: When a manifest entry names none (the export always does): fp32, whatever the CPU offers.
 DEFAULT_PRECISION = "f32"
+#: Entries of the CPU plugin's per-shape runtime cache (its hidden ``CPU_RUNTIME_CACHE_CAPACITY``, 5000 by
+#: default). Served micro-batches come in many (pairs, tokens) shapes, and each cached one held ~2.5 MB of the
+#: demo student's int8 graph: with the default, `r3edge serve` grew from 301 to 1,303 MB over three stress
+#: probes; with 200 it held at 717 MB, at the same latency (benchmarks/results/openvino-shape-cache-cpu-2core).
+RUNTIME_CACHE_CAPACITY = 200
 
 
 def compile_ir(path: str | Path, threads: int | None = None, inference_precision: str = DEFAULT_PRECISION):
@@ -60,7 +65,7 @@ def compile_ir(path: str | Path, threads: int | None = None, inference_precision
     # the demo cosine student: a score moved by 0.0014 alone vs in a batch with them, 0.0004 without (the
     # export's gate is 0.001), and it ran faster without them too (217-233 vs 256-302 ms per top-100, Xeon)
     config: dict[str, Any] = {"PERFORMANCE_HINT": "LATENCY", "NUM_STREAMS": 1, "INFERENCE_PRECISION_HINT": inference_precision,
-                              "SNIPPETS_MODE": "DISABLE"}
+                              "SNIPPETS_MODE": "DISABLE", "CPU_RUNTIME_CACHE_CAPACITY": str(RUNTIME_CACHE_CAPACITY)}
     if threads:
         streams = max(1, usable_cores() // int(threads))
         config.update(NUM_STREAMS=streams, INFERENCE_NUM_THREADS=streams * int(threads))
