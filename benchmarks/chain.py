@@ -232,7 +232,7 @@ def plot(results: dict, path: str | Path) -> Path:
     require("matplotlib", "bench").use("Agg")
     import matplotlib.pyplot as plt
 
-    from r3edge.benchmarks.report import log_seconds_axis
+    from r3edge.benchmarks.report import log_latency_axis
 
     rows = results["rows"]
     axes = axes_of(rows)
@@ -248,7 +248,7 @@ def plot(results: dict, path: str | Path) -> Path:
             ax.axhline(r["quality"]["ndcg@10"], color="grey", linestyle=style, linewidth=1,
                        label=f"{r['system']} {r['quality']['ndcg@10']:.3f}")
         if timed:
-            log_seconds_axis(ax, [r["latency"]["p50_ms"] for r in timed])
+            log_latency_axis(ax, [r["latency"]["p50_ms"] for r in timed])
         ax.set_xlabel("ms per request (log)")
         ax.set_ylabel("nDCG@10")
         ax.set_title(f"{axes.get(axis, '')}: {axis}"[:70], fontsize=9)

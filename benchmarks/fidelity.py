@@ -136,7 +136,7 @@ def plot(results: dict, path: Path) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from r3edge.benchmarks.report import log_seconds_axis
+    from r3edge.benchmarks.report import log_latency_axis, seconds_axis_label
 
     fig, ax = plt.subplots(figsize=(7.5, 4.5))
     axis, points, elsewhere = placed(results)
@@ -154,10 +154,9 @@ def plot(results: dict, path: Path) -> Path:
         # wrapped: a device's description runs wider than the axes and the figure would clip it
         ax.plot([], [], linestyle="none", label=textwrap.fill(f"not on this axis: {text}", 70))
     ax.legend(loc="upper left", fontsize=8)  # the points sit well below 1.0 on real data
-    log_seconds_axis(ax, [x / 1e3 for x, _ in points])
+    log_latency_axis(ax, [x / 1e3 for x, _ in points])
     ax.set_ylim(0, 1.0)
-    size = per_request(results["settings"])  # "request" where the run did not count its pairs
-    ax.set_xlabel(f"p50 seconds per {size if size == 'request' else size + ' request'} (log)")
+    ax.set_xlabel(seconds_axis_label(per_request(results["settings"])))
     ax.set_ylabel("nDCG@10 vs gold (SemEval C dev)")
     ax.grid(True, which="both", alpha=0.3)
     ax.set_title(f"latency vs nDCG@10 (latency on {axis})" if axis else "latency vs nDCG@10", fontsize=9)

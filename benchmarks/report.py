@@ -271,10 +271,10 @@ def spread(ys: list[float], gap: float, lo: float = 0.0, hi: float = 1.0) -> lis
 LABEL_PT = 12
 
 
-def log_seconds_axis(ax, xs: list[float]) -> None:
-    """A log x axis from half the fastest point to twice the slowest, ticked at 1, 2 and 5 of each decade:
-    points that span less than a decade (three variants of one student) still get labelled ticks, where
-    ticks at powers of ten alone left such a panel with none."""
+def log_latency_axis(ax, xs: list[float]) -> None:
+    """A log x axis (latencies in any unit) from half the fastest point to twice the slowest, ticked at 1, 2
+    and 5 of each decade: points that span less than a decade (three variants of one student) still get
+    labelled ticks, where ticks at powers of ten alone left such a panel with none."""
     from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
     ax.set_xscale("log")
@@ -283,6 +283,12 @@ def log_seconds_axis(ax, xs: list[float]) -> None:
     ax.xaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
     ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))  # 0.01, not 0.0
     ax.xaxis.set_minor_formatter(NullFormatter())
+
+
+def seconds_axis_label(size: str) -> str:
+    """The x label of a plot in seconds per request of ``size`` (:func:`request_size`): "top-100 request", or
+    just "request" where the run did not count its pairs."""
+    return f"p50 seconds per {size if size == 'request' else size + ' request'} (log)"
 
 
 def plot(results: dict, path: Path) -> Path | None:
@@ -320,9 +326,9 @@ def plot(results: dict, path: Path) -> Path | None:
                     label="Pareto front")
         for _, y in lines:
             ax.axhline(y, linestyle=":", color="black", lw=0.8)
-        log_seconds_axis(ax, [x for x, _, _, _ in pts])
+        log_latency_axis(ax, [x for x, _, _, _ in pts])
         ax.set_ylim(0, 1.0)  # the full scale: a zoomed axis would exaggerate small differences
-        ax.set_xlabel(f"p50 seconds per {request_size(results)} request (log)")
+        ax.set_xlabel(seconds_axis_label(request_size(results)))
         ax.set_ylabel("nDCG@10 vs gold")
         ax.grid(True, which="both", alpha=0.3)
         ax.set_title(f"hw {axes[axis]}: {axis}" if axis else "no timed system", fontsize=9)

@@ -324,10 +324,10 @@ def test_latency_axis_has_labelled_ticks_however_narrow_the_points(xs):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from r3edge.benchmarks.report import log_seconds_axis
+    from r3edge.benchmarks.report import log_latency_axis
 
     fig, ax = plt.subplots()
-    log_seconds_axis(ax, xs)
+    log_latency_axis(ax, xs)
     fig.canvas.draw()
     lo, hi = ax.get_xlim()
     shown = [t.get_text() for t, v in zip(ax.get_xticklabels(), ax.get_xticks()) if lo <= v <= hi and t.get_text()]

@@ -259,8 +259,9 @@ class SharedPrefixStep(torch.nn.Module):
                                          **({} if cache is None else cache_kwargs(cache))))
             seen = torch.cat([seen, (cols < start[:, None]).to(attention_mask.dtype)], dim=1)
             # each row's remaining tokens, shifted to column 0
-            take = (start[:, None] + torch.arange(width - int(start.min()), device=input_ids.device)).clamp(max=width - 1)
-            inside = (start[:, None] + torch.arange(take.shape[1], device=input_ids.device)) < width
+            rest = start[:, None] + torch.arange(width - int(start.min()), device=input_ids.device)
+            inside = rest < width
+            take = rest.clamp(max=width - 1)
             input_ids = input_ids.gather(1, take)
             attention_mask = attention_mask.gather(1, take) * inside
             labels = labels.gather(1, take).masked_fill(~inside, IGNORE)
