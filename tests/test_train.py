@@ -297,3 +297,31 @@ def test_early_stopping_without_an_eval_split_is_refused(tmp_path):
 
     with pytest.raises(R3EdgeError, match="eval_fraction"):
         train_student(tmp_path / "missing", bad, tmp_path / "s")
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_a_students_bf16_runs_the_trainer_in_bf16_only_where_bf16_is_native(labels_dir, tmp_path, monkeypatch, native):
+    """``train.bf16: true`` (minilm-cqa-bi-rank-wise-q1) is bf16 autocast on a bf16-native CPU and fp32 on an AVX2 one:
+    the Trainer gets what native_bf16 says, and the report records it."""
+    import torch
+
+    from r3edge.distill.student import train as train_mod
+    from r3edge.model import loading
+
+    if torch.cuda.is_available():
+        pytest.skip("a GPU decides by torch.cuda.is_bf16_supported()")
+    monkeypatch.setattr(loading, "cpu_has_bf16", lambda: native)
+    seen = []
+    real = train_mod.training_arguments
+
+    def spy(*args, **kwargs):
+        seen.append(kwargs["bf16"])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(train_mod, "training_arguments", spy)
+    config = tmp_path / "bf16.yaml"
+    config.write_text(TINY_STUDENT.read_text().replace("train:\n", "train:\n  bf16: true\n", 1))
+    out = train_mod.train_student(labels_dir, config, tmp_path / "s", max_steps=1)
+    report = json.loads((out / "train_report.json").read_text())
+    assert report["config"]["train"]["bf16"] is True
+    assert seen == [native] and report["bf16"] is native
