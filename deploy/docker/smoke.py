@@ -189,6 +189,16 @@ def check_serving(c: Container, reqs: list[dict], check: Checks, probes: Path | 
     return numbers
 
 
+def queued_requests(c: Container) -> float:
+    """The server's ``r3edge_queue_requests`` gauge: requests admitted and not answered yet."""
+    import httpx
+
+    for line in httpx.get(f"http://{c.metrics}/metrics", timeout=10).text.splitlines():
+        if line.startswith("r3edge_queue_requests "):
+            return float(line.split()[1])
+    return 0.0
+
+
 def check_drain(c: Container, reqs: list[dict], check: Checks) -> dict:
     """SIGTERM while a long request is in flight (the container runs with --prestop-delay-s PRESTOP_S)."""
     import grpc
@@ -219,6 +229,11 @@ def check_drain(c: Container, reqs: list[dict], check: Checks) -> dict:
     start = time.perf_counter()
     for t in threads:
         t.start()
+    # SIGTERM only once the server has admitted every one of them (its queue gauge, plus those already answered):
+    # on a loaded box a thread's call could otherwise leave after the pre-stop delay and be refused as a new one
+    admitted_by = time.perf_counter() + 60
+    while queued_requests(c) + len(answers) < n_long and time.perf_counter() < admitted_by:
+        time.sleep(0.05)
     time.sleep(min(1.0, long_s / 4))
     sigterm = time.perf_counter()
     docker("kill", "--signal", "SIGTERM", c.id)
