@@ -185,6 +185,34 @@ def test_interpolate_weights_mixes_a_tied_embedding_once():
         torch.testing.assert_close(v, start[k] + 0.25, msg=k)
 
 
+def test_interpolate_weights_remixes_a_student_saved_already_mixed():
+    """A student saved with base_interpolation 0.5 is re-mixed at 0.25 and at 1 (unmixed) exactly as its
+    trained weights would have been: what the WiSE-FT sweeps of saved students rank."""
+    import torch
+
+    from r3edge.core.config import StudentConfig, load_yaml
+    from r3edge.distill.student.train import interpolate_weights
+    from r3edge.model.loading import load_model
+
+    lm = load_model(load_yaml(TINY_STUDENT, StudentConfig).model)
+    start = {k: v.clone() for k, v in lm.state_dict().items()}
+    with torch.no_grad():
+        for p in lm.parameters():
+            p.add_(2.0)  # "trained": start + 2
+    trained = {k: v.clone() for k, v in lm.state_dict().items()}
+    interpolate_weights(lm, start, 0.5)  # as train_student saves it
+    saved = {k: v.clone() for k, v in lm.state_dict().items()}
+    for a in (0.25, 1.0):
+        lm.load_state_dict(trained)
+        interpolate_weights(lm, start, a)
+        expected = {k: v.clone() for k, v in lm.state_dict().items()}
+        lm.load_state_dict(saved)
+        interpolate_weights(lm, start, a, saved_at=0.5)
+        for k, v in lm.state_dict().items():
+            torch.testing.assert_close(v, expected[k], msg=f"{k} at {a}")
+            torch.testing.assert_close(v, start[k] + 2.0 * a, msg=f"{k} at {a}")
+
+
 def test_cli_reports_errors_without_a_traceback(tmp_path, capsys):
     from r3edge.cli import main
 

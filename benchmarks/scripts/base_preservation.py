@@ -73,8 +73,9 @@ def main() -> None:
     ap.add_argument("--labels", default=None, help="a real teacher's labels directory instead of the gold proxy")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--interpolations", default="",
-                    help="comma-separated a in (0, 1): also rank each trained student with train.base_interpolation a "
-                         "(WiSE-FT), computed from its trained weights as `r3edge train` computes it")
+                    help="comma-separated a in (0, 1]: also rank each trained student with train.base_interpolation a "
+                         "(WiSE-FT; 1: unmixed), computed from its trained weights as `r3edge train` computes it, also "
+                         "for a student saved already mixed")
     ap.add_argument("--overflow", "--query-overflow", dest="overflow", choices=OVERFLOW, default=DEFAULT_OVERFLOW,
                     help="a query or document over the student's budget: cut (the one default of library and server) "
                          "or refused (--query-overflow: the name earlier reports' reproduce lines use)")
@@ -97,6 +98,8 @@ def main() -> None:
         args.smoothing)
     names = [n for n in args.students.split(",") if n]
     alphas = [float(a) for a in args.interpolations.split(",") if a]
+    if any(not 0 < a <= 1 for a in alphas):
+        ap.error(f"--interpolations {args.interpolations}: each a must be in (0, 1] (1: the trained weights unmixed)")
     values = (0.0, 1.0, 2.0)  # SemEval's grades and the demo's are the gains, as in every r3edge report
 
     def ndcg(scoring, queries: list[QueryCandidates]) -> float:
@@ -124,9 +127,11 @@ def main() -> None:
             config = load_yaml(name, StudentConfig)
             start = pretrained_state(create_student(config)[0])
             trained = {k: v.clone() for k, v in lm.state_dict().items()}
+            # a student saved already mixed (its own train.base_interpolation) is un-mixed first
+            saved = report["config"]["train"].get("base_interpolation")
             for a in alphas:
                 lm.load_state_dict(trained)
-                interpolate_weights(lm, start, a)
+                interpolate_weights(lm, start, a, saved_at=saved)
                 scoring = lm_score_fn(lm.eval(), scorer, name=f"{name}@{a}", overflow=args.overflow)
                 rows.append({"system": f"{name} ({config.model.kind}), trained, base_interpolation {a}",
                              **{k: ndcg(scoring, v) for k, v in sets.items()}, "base_interpolation": a})

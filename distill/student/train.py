@@ -466,9 +466,16 @@ def pretrained_state(lm: torch.nn.Module) -> dict[str, torch.Tensor]:
     return lm.pretrained_state() if hasattr(lm, "pretrained_state") else lm.state_dict()
 
 
-def interpolate_weights(lm: torch.nn.Module, start: dict[str, torch.Tensor], a: float) -> None:
+def interpolate_weights(lm: torch.nn.Module, start: dict[str, torch.Tensor], a: float, *,
+                        saved_at: float | None = None) -> None:
     """WiSE-FT in place: each weight named in ``start`` becomes ``(1 - a) * start + a * trained``; a weight
-    shared under several names (tied embeddings) once; the others (a cosine head) stay as trained."""
+    shared under several names (tied embeddings) once; the others (a cosine head) stay as trained.
+
+    ``saved_at``: the ``train.base_interpolation`` the weights in ``lm`` were saved with, if any. They then hold
+    ``start + saved_at * (trained - start)``, so the mix at ``a`` (1: the trained weights) is recovered from them
+    exactly: the student that training with ``a`` would have saved, without training again."""
+    if saved_at:
+        a = a / saved_at
     seen: set[int] = set()
     state = lm.state_dict()
     with torch.no_grad():
