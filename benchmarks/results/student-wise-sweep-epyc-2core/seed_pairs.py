@@ -1,0 +1,43 @@
+"""Two seeds of the same recipe, question by question: the noise a student-against-student comparison carries.
+
+Reads `per_query.json` (written by `per_query.py`); pairs every two seeds at each mix on each set and bootstraps the
+mean difference over questions (10,000 resamples), as `per_query.py` does against the base. Writes `seed_pairs.md`.
+
+    .venv/bin/python benchmarks/results/student-wise-sweep-epyc-2core/seed_pairs.py
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).parent
+
+
+def main() -> None:
+    per = json.loads((HERE / "per_query.json").read_text())["per_query"]
+    rng = np.random.default_rng(0)
+    groups: dict[tuple[str, str], list[tuple[str, dict]]] = {}
+    for key, values in per.items():
+        m = re.search(r"seed(\d+)\.yaml@([0-9.]+)/(.+)$", key)
+        if m:
+            groups.setdefault((m.group(2), m.group(3)), []).append((m.group(1), values))
+    lines = ["| a | set | seeds | mean diff | per-question SD | 95% bootstrap interval | questions |",
+             "|---:|---|---|---:|---:|---|---:|"]
+    for (a, set_name), students in sorted(groups.items()):
+        for (s1, v1), (s2, v2) in itertools.combinations(sorted(students, key=lambda x: x[0]), 2):
+            qids = sorted(v1)
+            d = np.asarray([v1[q] - v2[q] for q in qids])
+            lo, hi = np.quantile(d[rng.integers(0, len(d), size=(10000, len(d)))].mean(axis=1), [0.025, 0.975])
+            lines.append(f"| {a} | {set_name} | {s1} − {s2} | {d.mean():+.4f} | {d.std(ddof=1):.3f} | "
+                         f"[{lo:+.4f}, {hi:+.4f}] | {len(d)} |")
+    (HERE / "seed_pairs.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
