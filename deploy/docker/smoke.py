@@ -141,6 +141,20 @@ class Checks:
         return [r["check"] for r in self.rows if not r["ok"]]
 
 
+def scrape(c: Container, timeout: float = 10.0) -> list:
+    """The container's ``/metrics`` samples, parsed by prometheus_client."""
+    import httpx
+    from prometheus_client.parser import text_string_to_metric_families
+
+    text = httpx.get(f"http://{c.metrics}/metrics", timeout=timeout).text
+    return [s for family in text_string_to_metric_families(text) for s in family.samples]
+
+
+def metric(samples: list, name: str, **labels: str) -> float:
+    """The value of the sample ``name`` with exactly these labels (0 when the server has not written it yet)."""
+    return sum(s.value for s in samples if s.name == name and s.labels == labels)
+
+
 def check_serving(c: Container, reqs: list[dict], check: Checks, probes: Path | None, heldout: Path,
                   fuzz: int | None = None) -> dict:
     import httpx
@@ -164,11 +178,9 @@ def check_serving(c: Container, reqs: list[dict], check: Checks, probes: Path | 
     order = [cands[r["index"]][0] for r in resp.json().get("results", [])] if resp.status_code == 200 else []
     check("HTTP /v2/rerank", resp.status_code == 200 and order == grpc_order,
           f"{resp.status_code}, {len(order)} results, same order as gRPC: {order == grpc_order}")
-    metrics = httpx.get(f"http://{c.metrics}/metrics", timeout=30).text
-    counted = {line.split()[0]: float(line.split()[1]) for line in metrics.splitlines()
-               if line.startswith("r3edge_requests_total{")}
-    grpc_ok = counted.get('r3edge_requests_total{code="OK",method="Rerank"}', 0)
-    http_ok = counted.get('r3edge_requests_total{code="200",method="http_v2_rerank"}', 0)
+    samples = scrape(c, timeout=30)
+    grpc_ok = metric(samples, "r3edge_requests_total", code="OK", method="Rerank")
+    http_ok = metric(samples, "r3edge_requests_total", code="200", method="http_v2_rerank")
     check("/metrics counts both requests", grpc_ok >= 1 and http_ok >= 1, f"Rerank OK {grpc_ok:.0f}, /v2/rerank 200 {http_ok:.0f}")
     if probes is not None:
         py = sys.executable
@@ -187,16 +199,6 @@ def check_serving(c: Container, reqs: list[dict], check: Checks, probes: Path | 
               and summary.get("unknown_or_internal") == 0, json.dumps(summary)[:400])
         numbers["stress_probe"] = p.stdout
     return numbers
-
-
-def queued_requests(c: Container) -> float:
-    """The server's ``r3edge_queue_requests`` gauge: requests admitted and not answered yet."""
-    import httpx
-
-    for line in httpx.get(f"http://{c.metrics}/metrics", timeout=10).text.splitlines():
-        if line.startswith("r3edge_queue_requests "):
-            return float(line.split()[1])
-    return 0.0
 
 
 def check_drain(c: Container, reqs: list[dict], check: Checks) -> dict:
@@ -232,7 +234,7 @@ def check_drain(c: Container, reqs: list[dict], check: Checks) -> dict:
     # SIGTERM only once the server has admitted every one of them (its queue gauge, plus those already answered):
     # on a loaded box a thread's call could otherwise leave after the pre-stop delay and be refused as a new one
     admitted_by = time.perf_counter() + 60
-    while queued_requests(c) + len(answers) < n_long and time.perf_counter() < admitted_by:
+    while metric(scrape(c), "r3edge_queue_requests") + len(answers) < n_long and time.perf_counter() < admitted_by:
         time.sleep(0.05)
     time.sleep(min(1.0, long_s / 4))
     sigterm = time.perf_counter()
