@@ -1,7 +1,8 @@
 """Two seeds of the same recipe, question by question: the noise a student-against-student comparison carries.
 
 Reads `per_query.json` (written by `per_query.py`); pairs every two seeds at each mix on each set and bootstraps the
-mean difference over questions (10,000 resamples), as `per_query.py` does against the base. Writes `seed_pairs.md`.
+mean difference over questions (10,000 resamples) with `per_query.py`'s `paired`, as it does against the base.
+Writes `seed_pairs.md`.
 
     .venv/bin/python benchmarks/results/student-wise-sweep-epyc-2core/seed_pairs.py
 """
@@ -14,6 +15,7 @@ import re
 from pathlib import Path
 
 import numpy as np
+from per_query import paired
 
 HERE = Path(__file__).parent
 
@@ -30,11 +32,9 @@ def main() -> None:
              "|---:|---|---|---:|---:|---|---:|"]
     for (a, set_name), students in sorted(groups.items()):
         for (s1, v1), (s2, v2) in itertools.combinations(sorted(students, key=lambda x: x[0]), 2):
-            qids = sorted(v1)
-            d = np.asarray([v1[q] - v2[q] for q in qids])
-            lo, hi = np.quantile(d[rng.integers(0, len(d), size=(10000, len(d)))].mean(axis=1), [0.025, 0.975])
-            lines.append(f"| {a} | {set_name} | {s1} − {s2} | {d.mean():+.4f} | {d.std(ddof=1):.3f} | "
-                         f"[{lo:+.4f}, {hi:+.4f}] | {len(d)} |")
+            r = paired(v1, v2, 10000, rng)
+            lines.append(f"| {a} | {set_name} | {s1} − {s2} | {r['mean_diff']:+.4f} | {r['sd']:.3f} | "
+                         f"[{r['ci95'][0]:+.4f}, {r['ci95'][1]:+.4f}] | {r['queries']} |")
     (HERE / "seed_pairs.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 
