@@ -19,6 +19,7 @@ import re
 import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from numbers import Integral
 from pathlib import Path
 from typing import Any
 
@@ -94,6 +95,14 @@ class Reranker:
         return tuple(self.runtime.scorer.spec.label_values)
 
     # -- scoring ----------------------------------------------------------------------------------
+    @staticmethod
+    def _check_text(value: Any, field: str, fix: str) -> None:
+        """A Python caller can pass anything; the server's doors receive strings by their schemas (the
+        proto, the HTTP models), so only this door checks the type, before the tokenizer raises a
+        ``TypeError`` that names no field."""
+        if not isinstance(value, str):
+            raise InvalidInput(f"{field} is {type(value).__name__}, not a string", fix, field=field)
+
     def _score(self, query: str, documents: Sequence[str], docs_field: str) -> Scored:
         if self._closed:
             raise InvalidInput("this Reranker is closed", "create a new Reranker")
@@ -105,11 +114,15 @@ class Reranker:
         in input order: the order of the server's ``Rerank``."""
         if isinstance(documents, str):
             raise InvalidInput("documents is one string", "pass a list of document texts", field="documents")
-        if top_k is not None and top_k < 0:
-            raise InvalidInput(f"top_k is {top_k}", "use a positive number, or None/0 for all documents", field="top_k")
-        s = self._score(query, list(documents), "documents")
+        if top_k is not None and (not isinstance(top_k, Integral) or isinstance(top_k, bool) or top_k < 0):
+            raise InvalidInput(f"top_k is {top_k!r}", "use a positive number, or None/0 for all documents", field="top_k")
+        self._check_text(query, "query", "pass the user's query text as a str")
+        documents = list(documents)
+        for i, doc in enumerate(documents):
+            self._check_text(doc, f"documents[{i}]", "pass each document's text as a str")
+        s = self._score(query, documents, "documents")
         return [Ranked(i, float(s.scores[i]), tuple(float(p) for p in s.probs[i]), bool(s.truncated[i]))
-                for i in s.ranking(top_k)]
+                for i in s.ranking(None if top_k is None else int(top_k))]
 
     def score(self, pairs: Iterable[tuple[str, str]]) -> np.ndarray:
         """Scores of ``(query, document)`` pairs, in their order (float32 ``[n]``). Pairs that share a
@@ -121,6 +134,8 @@ class Reranker:
             if not (isinstance(pair, (tuple, list)) and len(pair) == 2):
                 raise InvalidInput(f"pairs[{i}] is {type(pair).__name__}, not a (query, document) pair",
                                    "pass (query, document) tuples", field=f"pairs[{i}]")
+            for k, what in enumerate(("query", "document")):
+                self._check_text(pair[k], f"pairs[{i}][{k}]", f"pass the {what} as a str")
             groups.setdefault(pair[0], []).append(i)
         step = self.config.max_candidates
         chunks = [(q, idx[k:k + step]) for q, idx in groups.items() for k in range(0, len(idx), step)]

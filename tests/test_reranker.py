@@ -103,8 +103,25 @@ def test_bad_input_names_the_field(reranker, tiny_artifact):
         reranker.rank("q", ["a"], top_k=-1)
     assert exc.value.field == "top_k"
     with pytest.raises(InvalidInput) as exc:
+        reranker.rank("q", ["a"], top_k="3")
+    assert exc.value.field == "top_k"
+    # types a Python caller can pass and no server door can: named, not a tokenizer TypeError
+    with pytest.raises(InvalidInput) as exc:
+        reranker.rank(None, ["a"])
+    assert exc.value.field == "query" and "NoneType" in exc.value.what
+    with pytest.raises(InvalidInput) as exc:
+        reranker.rank("q", (d for d in ["a", "b", 3]))
+    assert exc.value.field == "documents[2]" and "int" in exc.value.what
+    with pytest.raises(InvalidInput) as exc:
         reranker.score([("q", "a"), ("q",)])
     assert exc.value.field == "pairs[1]"
+    with pytest.raises(InvalidInput) as exc:
+        reranker.score([("q", "a"), (["q"], "b")])
+    assert exc.value.field == "pairs[1][0]"
+    with pytest.raises(InvalidInput) as exc:
+        reranker.score([("q", "a"), ("q", None)])
+    assert exc.value.field == "pairs[1][1]"
+    assert len(reranker.rank("q", ("a", "b"), top_k=np.int64(1))) == 1  # any sequence of strings, a numpy int
     with pytest.raises(InvalidInput) as exc:
         Reranker(tiny_artifact, device="cpu", thread=1)
     assert exc.value.field == "thread"
