@@ -10,6 +10,7 @@ import argparse
 import importlib
 import sys
 
+from r3edge.commands import HelpFormatter
 from r3edge.commands.bench import TOOLS as BENCH_TOOLS
 from r3edge.core.errors import R3EdgeError
 from r3edge.core.version import __version__
@@ -45,7 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
     for name, help_text in COMMANDS.items():
         module = importlib.import_module(f"r3edge.commands.{name}")
         p = sub.add_parser(name, help=help_text, description=(module.__doc__ or help_text).strip(),
-                           formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                           formatter_class=HelpFormatter)
         module.configure(p)
         p.set_defaults(_module=module)
     return parser

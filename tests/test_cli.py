@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import subprocess
 import sys
 
@@ -33,6 +34,30 @@ def test_every_option_has_help(name, capsys):
     assert exit_.value.code == 0
     out = capsys.readouterr().out
     assert out.startswith(f"usage: r3edge {name}")
+
+
+def _all_parsers(parser, prog="r3edge"):
+    yield prog, parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield from _all_parsers(sub, f"{prog} {name}")
+
+
+def test_help_states_each_default_once():
+    # argparse's defaults formatter follows "(default: the config's)" with "(default: None)"; every parser,
+    # the nested ones (teacher sft, bench chain, ...) included, says a default at most once per option
+    seen = 0
+    for prog, parser in _all_parsers(build_parser()):
+        text = " ".join(parser.format_help().split())
+        assert "(default: None)" not in text, prog
+        for action in parser._actions:
+            if action.help and action.option_strings:
+                seen += 1
+                formatter = parser._get_formatter()
+                one = formatter._expand_help(action) if formatter._get_help_string(action) else ""
+                assert one.count("(default") <= 1, f"{prog} {action.option_strings[0]}: {one}"
+    assert seen > 200  # the walk reached the nested parsers' options
 
 
 def test_help_imports_no_heavy_stage_code():

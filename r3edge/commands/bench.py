@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import argparse
 
+from r3edge.commands import HelpFormatter
+
 #: ``r3edge bench TOOL``: the benchmark tools beside the comparison above, each a module of r3edge.commands
 #: with ``configure(parser)`` and ``run(args)`` (as the stages are in r3edge.cli), imported only when parsed.
 TOOLS = {
@@ -42,7 +44,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
                                   help="without a TOOL: the comparison below; with one: " + ", ".join(TOOLS))
     for name, (module_name, help_text) in TOOLS.items():
         module = importlib.import_module(module_name)
-        p = tools.add_parser(name, help=help_text, formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        p = tools.add_parser(name, help=help_text, formatter_class=HelpFormatter,
                              description=help_text if module_name == __name__ else (module.__doc__ or help_text).strip())
         getattr(module, "configure_report" if name == "report" else "configure")(p)
         p.set_defaults(_module=module)

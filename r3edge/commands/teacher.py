@@ -21,12 +21,14 @@ from __future__ import annotations
 
 import argparse
 
+from r3edge.commands import HelpFormatter
+
 
 def configure(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="teacher_command", metavar="<action>", required=True,
                                 help="sft: supervised fine-tuning on judge traces; grpo: reinforcement on gold pairs")
     sft = sub.add_parser("sft", help="fine-tune a generative judge on traces in its judge's format (R³A cold start)",
-                         description=__doc__, formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                         description=__doc__, formatter_class=HelpFormatter)
     sft.add_argument("--config", default="r3a-smollm2-gold",
                      help="SFT config: a shipped name (configs/sft/) or a YAML path; names the teacher config whose prompts it learns")
     sft.add_argument("--gold", required=True, metavar="PAIRS.jsonl",
