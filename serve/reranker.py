@@ -146,6 +146,9 @@ class Reranker:
             try:
                 return await self._engine.score(query, [pairs[i][1] for i in idx], docs_field="pairs")
             except InvalidInput as exc:  # name the pair by its place in the caller's list, not in its chunk
+                if exc.field == "query":  # the engine's query checks: this chunk's first pair holds it
+                    where = f"pairs[{idx[0]}][0]"
+                    raise InvalidInput(f"{where}: {exc.what}", exc.fix, field=where) from None
                 match = re.match(r"pairs\[(\d+)\]", exc.field or "")
                 if not match:
                     raise
@@ -153,7 +156,15 @@ class Reranker:
                 raise InvalidInput(exc.what.replace(match.group(0), f"{where}[1]"), exc.fix, field=f"{where}[1]") from None
 
         async def run_all():
-            return await asyncio.gather(*(one(q, idx) for q, idx in chunks))
+            tasks = [asyncio.ensure_future(one(q, idx)) for q, idx in chunks]
+            try:
+                return await asyncio.gather(*tasks)
+            except BaseException:
+                # one request failed: the others leave the engine's queue instead of being scored for nobody
+                for task in tasks:
+                    task.cancel()
+                await asyncio.gather(*tasks, return_exceptions=True)
+                raise
 
         out = np.empty(len(pairs), dtype=np.float32)
         for (_, idx), s in zip(chunks, asyncio.run_coroutine_threadsafe(run_all(), self._loop).result()):

@@ -130,6 +130,18 @@ def test_bad_input_names_the_field(reranker, tiny_artifact):
         with pytest.raises(InvalidInput) as exc:
             strict.score([("q", "a"), ("r", "b"), ("q", "c"), ("q", long)])
         assert exc.value.field == "pairs[3][1]" and "pairs[3][1]" in exc.value.what
+        # the engine's query checks name the caller's pair too, and the call's other requests leave the queue
+        # (the empty query fails on arrival, while q's and r's requests still wait for the tokenizer)
+        dropped = lambda: strict.metrics.registry.get_sample_value(  # noqa: E731
+            "r3edge_dropped_requests_total", {"reason": "cancelled"}) or 0
+        before = dropped()
+        with pytest.raises(InvalidInput) as exc:
+            strict.score([("q", "a"), ("q", "b"), ("r", "c"), (" ", "d")])
+        assert exc.value.field == "pairs[3][0]" and "query is empty" in exc.value.what
+        assert dropped() - before == 2
+        with pytest.raises(InvalidInput) as exc:
+            strict.score([("q", "a"), ("word " * 500, "b")])
+        assert exc.value.field == "pairs[1][0]"
 
 
 def test_import_is_light_and_the_reranker_torch_free(tiny_artifact):
