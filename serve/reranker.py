@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from r3edge.core.errors import InvalidInput
+from r3edge.core.errors import InvalidInput, expect_pair, expect_text
 from r3edge.serve.config import ServeConfig
 from r3edge.serve.engine import Engine, Scored
 from r3edge.serve.loading import engine_for, load_runtime_for
@@ -95,14 +95,6 @@ class Reranker:
         return tuple(self.runtime.scorer.spec.label_values)
 
     # -- scoring ----------------------------------------------------------------------------------
-    @staticmethod
-    def _check_text(value: Any, field: str, fix: str) -> None:
-        """A Python caller can pass anything; the server's doors receive strings by their schemas (the
-        proto, the HTTP models), so only this door checks the type, before the tokenizer raises a
-        ``TypeError`` that names no field."""
-        if not isinstance(value, str):
-            raise InvalidInput(f"{field} is {type(value).__name__}, not a string", fix, field=field)
-
     def _score(self, query: str, documents: Sequence[str], docs_field: str) -> Scored:
         if self._closed:
             raise InvalidInput("this Reranker is closed", "create a new Reranker")
@@ -116,10 +108,10 @@ class Reranker:
             raise InvalidInput("documents is one string", "pass a list of document texts", field="documents")
         if top_k is not None and (not isinstance(top_k, Integral) or isinstance(top_k, bool) or top_k < 0):
             raise InvalidInput(f"top_k is {top_k!r}", "use a positive number, or None/0 for all documents", field="top_k")
-        self._check_text(query, "query", "pass the user's query text as a str")
+        expect_text(query, "query", "pass the user's query text as a str")
         documents = list(documents)
         for i, doc in enumerate(documents):
-            self._check_text(doc, f"documents[{i}]", "pass each document's text as a str")
+            expect_text(doc, f"documents[{i}]", "pass each document's text as a str")
         s = self._score(query, documents, "documents")
         return [Ranked(i, float(s.scores[i]), tuple(float(p) for p in s.probs[i]), bool(s.truncated[i]))
                 for i in s.ranking(None if top_k is None else int(top_k))]
@@ -131,11 +123,9 @@ class Reranker:
         pairs = list(pairs)
         groups: dict[str, list[int]] = {}
         for i, pair in enumerate(pairs):
-            if not (isinstance(pair, (tuple, list)) and len(pair) == 2):
-                raise InvalidInput(f"pairs[{i}] is {type(pair).__name__}, not a (query, document) pair",
-                                   "pass (query, document) tuples", field=f"pairs[{i}]")
+            expect_pair(pair, f"pairs[{i}]", "(query, document)")
             for k, what in enumerate(("query", "document")):
-                self._check_text(pair[k], f"pairs[{i}][{k}]", f"pass the {what} as a str")
+                expect_text(pair[k], f"pairs[{i}][{k}]", f"pass the {what} as a str")
             groups.setdefault(pair[0], []).append(i)
         step = self.config.max_candidates
         chunks = [(q, idx[k:k + step]) for q, idx in groups.items() for k in range(0, len(idx), step)]

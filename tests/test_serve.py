@@ -138,6 +138,31 @@ def test_score_pairs_validation(client):
     assert "documents is empty" in err.value.details()
 
 
+@pytest.mark.parametrize(
+    "call,field",
+    [
+        (lambda c: c.rerank(QUERY, [("a", "x"), ("b", None)]), "candidates[1].text"),
+        (lambda c: c.rerank(None, [("a", "x")]), "query"),
+        (lambda c: c.rerank(QUERY, [("a", "x"), "y"]), "candidates[1]"),
+        (lambda c: c.score_pairs(QUERY, ["x", 3]), "documents[1]"),
+    ],
+    ids=["none-text", "none-query", "not-a-pair", "int-doc"],
+)
+def test_client_names_a_wrong_typed_text_before_sending(server, client, call, field):
+    # protobuf would send a None text as "" (scored as an empty candidate, silently); the client refuses it
+    from r3edge.core.errors import InvalidInput
+
+    def answered():  # every request the server answered, whatever its method and code
+        return sum(s.value for m in server.server.metrics.registry.collect() if m.name == "r3edge_requests"
+                   for s in m.samples if s.name == "r3edge_requests_total")
+
+    before = answered()
+    with pytest.raises(InvalidInput) as err:
+        call(client)
+    assert err.value.field == field
+    assert answered() == before  # refused here: nothing reached the server
+
+
 def test_empty_and_whitespace_candidates_are_scored_like_any_text(server, client):
     """Good input is never refused: an empty or whitespace-only candidate in a top-100 gets a score,
     the one the artifact gives that text, and the rest of the request is unaffected."""

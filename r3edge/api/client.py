@@ -20,7 +20,7 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from r3edge.api import SERVICE_NAME, pb2, pb2_grpc
-from r3edge.core.errors import InvalidInput
+from r3edge.core.errors import InvalidInput, expect_pair, expect_text
 from r3edge.core.net import is_loopback
 
 #: Statuses a call is retried on: the server was not ready or refused it for load before scoring.
@@ -97,7 +97,23 @@ def _loopback(target: str) -> bool:
 
 
 def _rerank_request(query: str, candidates: Sequence[tuple[str, str]], top_k: int) -> pb2.RerankRequest:
-    return pb2.RerankRequest(query=query, top_k=top_k, candidates=[pb2.Candidate(id=str(i), text=t) for i, t in candidates])
+    """The request, its texts checked here: protobuf would send a ``None`` text as an empty one."""
+    expect_text(query, "query", "pass the user's query text as a str")
+    items = []
+    for k, c in enumerate(candidates):
+        doc_id, text = expect_pair(c, f"candidates[{k}]", "(id, text)")
+        items.append(pb2.Candidate(id=str(doc_id), text=expect_text(text, f"candidates[{k}].text",
+                                                                   "pass each candidate's text as a str")))
+    return pb2.RerankRequest(query=query, top_k=top_k, candidates=items)
+
+
+def _score_pairs_request(query: str, documents: Sequence[str]) -> pb2.ScorePairsRequest:
+    """The request, its texts checked here (see :func:`_rerank_request`)."""
+    expect_text(query, "query", "pass the user's query text as a str")
+    documents = list(documents)
+    for k, d in enumerate(documents):
+        expect_text(d, f"documents[{k}]", "pass each document's text as a str")
+    return pb2.ScorePairsRequest(query=query, documents=documents)
 
 
 def _results(resp: pb2.RerankResponse) -> list[Result]:
@@ -128,7 +144,7 @@ class RerankerClient:
         return _results(self.rerank_raw(query, candidates, top_k, timeout))
 
     def score_pairs(self, query: str, documents: Sequence[str], timeout: float | None = None) -> pb2.ScorePairsResponse:
-        return self.stub.ScorePairs(pb2.ScorePairsRequest(query=query, documents=list(documents)),
+        return self.stub.ScorePairs(_score_pairs_request(query, documents),
                                     timeout=timeout or self.timeout)
 
     def model_info(self, timeout: float | None = None) -> pb2.ModelInfoResponse:
@@ -184,7 +200,7 @@ class AsyncRerankerClient:
         return _results(await self.rerank_raw(query, candidates, top_k, timeout))
 
     async def score_pairs(self, query: str, documents: Sequence[str], timeout: float | None = None) -> pb2.ScorePairsResponse:
-        return await self.stub.ScorePairs(pb2.ScorePairsRequest(query=query, documents=list(documents)),
+        return await self.stub.ScorePairs(_score_pairs_request(query, documents),
                                           timeout=timeout or self.timeout)
 
     async def model_info(self, timeout: float | None = None) -> pb2.ModelInfoResponse:

@@ -123,3 +123,23 @@ def check_format_version(found: object, expected: str, what: str, fix: str) -> N
     """Refuse a file whose ``format`` field is not ``expected`` (older, newer, or not ours)."""
     if found != expected:
         raise FormatError(f"{what} has format {found!r}; this r3edge reads {expected!r}", fix)
+
+
+def expect_text(value: object, field: str, fix: str) -> str:
+    """``value`` if it is a ``str``, else :class:`InvalidInput` naming ``field``.
+
+    For the Python doors (``Reranker``, the gRPC clients): the server's doors get strings from their
+    schemas, but a Python caller can pass ``None`` or a number, which the tokenizer rejects with a
+    ``TypeError`` that names no field and protobuf turns (``None``) into an empty text, silently."""
+    if not isinstance(value, str):
+        raise InvalidInput(f"{field} is {type(value).__name__}, not a string", fix, field=field)
+    return value
+
+
+def expect_pair(value: object, field: str, names: str) -> tuple:
+    """``value`` if it is a 2-tuple or 2-list (``names`` says of what, e.g. ``"(id, text)"``), else
+    :class:`InvalidInput` naming ``field``; for the same Python doors as :func:`expect_text`."""
+    if not (isinstance(value, (tuple, list)) and len(value) == 2):
+        raise InvalidInput(f"{field} is {type(value).__name__}, not a {names} pair", f"pass {names} tuples",
+                           field=field)
+    return tuple(value)
