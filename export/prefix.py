@@ -84,6 +84,58 @@ def export_prefix_graphs(lm, scorer: Scorer, out_dir: str | Path, queries: Seque
     return {**files, "layers": layers}
 
 
+#: How a candidate graph exported without ONNX Runtime's fusion is described in the export report.
+PLAIN_EXPORTER = "torch.onnx.export(dynamo=True)"
+
+
+def _cosine_modules(lm, scorer: Scorer, queries: Sequence[str], docs: Sequence[str]):
+    """The cosine split's query and document modules, a prefix's ids and the candidate graph's example
+    inputs (``input_ids``, ``attention_mask``, ``query_embedding``)."""
+    import torch
+
+    from r3edge.model.prefix import DocumentCosineGraph, QueryEmbeddingGraph
+    from r3edge.model.student import scoring_module
+
+    cls_token_id = scoring_module(lm, scorer).cls_token_id  # the single graph's checks of the template
+    enc = scorer.encode_batch(list(queries[:2]), list(docs[:2]))
+    (pre_ids, _), *_ = scorer.split(enc)
+    prefix_ids = torch.tensor([pre_ids], dtype=torch.long)
+    query_graph = QueryEmbeddingGraph(lm).eval()
+    doc_graph = DocumentCosineGraph(lm, cls_token_id, right_padded=scorer.spec.padding_side == "right").eval()
+    ids, mask = scorer.collate_ids([e.suffix for e in enc] * 2)
+    with torch.no_grad():
+        example = (torch.from_numpy(ids), torch.from_numpy(mask), query_graph(prefix_ids))
+    return query_graph, doc_graph, prefix_ids, example
+
+
+def _export_plain_candidate(doc_graph, example, path: Path, opset: int | None) -> None:
+    import torch
+
+    from r3edge.model.prefix import QUERY_EMBEDDING
+
+    kwargs = {"opset_version": opset} if opset else {}
+    batch, seq = torch.export.Dim("batch"), torch.export.Dim("sequence")
+    with torch.no_grad():
+        program = torch.onnx.export(
+            doc_graph, example, input_names=["input_ids", "attention_mask", QUERY_EMBEDDING],
+            output_names=[OUTPUT_NAME],
+            dynamic_shapes={"input_ids": {0: batch, 1: seq}, "attention_mask": {0: batch, 1: seq},
+                            "query_embedding": None},
+            dynamo=True, optimize=True, verbose=False, **kwargs,
+        )
+        program.save(str(path))
+
+
+def export_plain_cosine_candidate(lm, scorer: Scorer, path: str | Path, queries: Sequence[str], docs: Sequence[str], *,
+                                  opset: int | None = None) -> dict:
+    """A cosine student's candidate graph by the plain export, in standard ONNX ops, at ``path``: what an
+    OpenVINO variant is rebuilt from when its IR of the fused graph fails a parity check
+    (:func:`r3edge.export.onnx._export_prefix_reuse`). Returns its report entry."""
+    _, doc_graph, _, example = _cosine_modules(lm, scorer, queries, docs)
+    _export_plain_candidate(doc_graph, example, Path(path), opset)
+    return {"exporter": PLAIN_EXPORTER}
+
+
 def _export_cosine_graphs(lm, scorer: Scorer, out_dir: Path, queries: Sequence[str], docs: Sequence[str], *,
                           variant: str, opset: int | None, log=print) -> dict:
     """The cosine split; the candidate graph is ONNX Runtime's fused BERT graph where the encoder is
@@ -91,17 +143,11 @@ def _export_cosine_graphs(lm, scorer: Scorer, out_dir: Path, queries: Sequence[s
     import torch
 
     from r3edge.export.fusion import export_fused_encoder, fusable
-    from r3edge.model.prefix import QUERY_EMBEDDING, DocumentCosineGraph, QueryEmbeddingGraph
-    from r3edge.model.student import scoring_module
+    from r3edge.model.prefix import QUERY_EMBEDDING
 
-    cls_token_id = scoring_module(lm, scorer).cls_token_id  # the single graph's checks of the template
     kwargs = {"opset_version": opset} if opset else {}
-    enc = scorer.encode_batch(list(queries[:2]), list(docs[:2]))
-    (pre_ids, _), *_ = scorer.split(enc)
-    prefix_ids = torch.tensor([pre_ids], dtype=torch.long)
     files = {"prefix": PREFIX_FILE.format(variant=variant), "candidate": CANDIDATE_FILE.format(variant=variant)}
-    query_graph = QueryEmbeddingGraph(lm).eval()
-    doc_graph = DocumentCosineGraph(lm, cls_token_id, right_padded=scorer.spec.padding_side == "right").eval()
+    query_graph, doc_graph, prefix_ids, example = _cosine_modules(lm, scorer, queries, docs)
     with torch.no_grad():
         program = torch.onnx.export(
             query_graph, (prefix_ids,), input_names=["input_ids"], output_names=[QUERY_EMBEDDING],
@@ -110,8 +156,6 @@ def _export_cosine_graphs(lm, scorer: Scorer, out_dir: Path, queries: Sequence[s
         )
         program.save(str(out_dir / files["prefix"]))
         del program
-        ids, mask = scorer.collate_ids([e.suffix for e in enc] * 2)
-        example = (torch.from_numpy(ids), torch.from_numpy(mask), query_graph(prefix_ids))
         names = ("input_ids", "attention_mask", QUERY_EMBEDDING)
         fused = None
         if fusable(lm.config) and doc_graph.right_padded:  # the optimizer's pattern has no position ids
@@ -120,18 +164,9 @@ def _export_cosine_graphs(lm, scorer: Scorer, out_dir: Path, queries: Sequence[s
                                              input_names=names)
             except Exception as exc:  # the optional fusion path falls back to the plain export, as for the single graph
                 log(f"[export] fused candidate graph unavailable ({exc}); using the dynamo export")
-        if fused is None:
-            batch, seq = torch.export.Dim("batch"), torch.export.Dim("sequence")
-            program = torch.onnx.export(
-                doc_graph, example, input_names=list(names), output_names=[OUTPUT_NAME],
-                dynamic_shapes={"input_ids": {0: batch, 1: seq}, "attention_mask": {0: batch, 1: seq},
-                                "query_embedding": None},
-                dynamo=True, optimize=True, verbose=False, **kwargs,
-            )
-            program.save(str(out_dir / files["candidate"]))
-            del program
-    return {**files, "layers": 0, "state": [QUERY_EMBEDDING],
-            "candidate_graph": fused or {"exporter": "torch.onnx.export(dynamo=True)"}}
+    if fused is None:
+        _export_plain_candidate(doc_graph, example, out_dir / files["candidate"], opset)
+    return {**files, "layers": 0, "state": [QUERY_EMBEDDING], "candidate_graph": fused or {"exporter": PLAIN_EXPORTER}}
 
 
 def candidate_calib_feeds(scorer: Scorer, runner: OnnxPrefixRunner, queries: Sequence[str],
