@@ -110,15 +110,26 @@ class _Port:
         self.shape = [d.get_length() if d.is_static else None for d in shape] if shape.rank.is_static else []
 
 
+#: Held by every :class:`IrSession`'s first call, process-wide. OpenVINO 2026.4's Python binding
+#: initialises C++ function statics on the first ``InferRequest.infer`` (``tensor.data`` in its data
+#: dispatcher) and runs Python while it does: a second thread entering the same statics then waits for
+#: the initialiser while holding the GIL the initialiser needs. Two threads making their first calls at
+#: once hung 15 of 100 fresh processes (and `r3edge serve` once in its warm-up); through this session,
+#: 0 of 100 (benchmarks/results/ov-prefix-plain-epyc-2core/ov_first_call_race.txt).
+_FIRST_CALLS = threading.Lock()
+
+
 class IrSession:
     """A compiled model behind the three ONNX Runtime session calls that
     :class:`r3edge.core.onnx_prefix.OnnxPrefixRunner` makes (``get_inputs``, ``get_outputs``,
     ``run``), so both runtimes share one prefix-reuse implementation and its contract check. Safe
-    from several threads at once: each calling thread gets its own infer request."""
+    from several threads at once: each calling thread gets its own infer request, and the session's
+    first call runs alone (:data:`_FIRST_CALLS`)."""
 
     def __init__(self, compiled):
         self.compiled = compiled
         self._local = threading.local()
+        self._called = False
 
     def get_inputs(self) -> list[_Port]:
         return [_Port(p) for p in self.compiled.inputs]
@@ -127,6 +138,15 @@ class IrSession:
         return [_Port(p) for p in self.compiled.outputs]
 
     def run(self, output_names: list[str], feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+        if not self._called:
+            with _FIRST_CALLS:
+                if not self._called:
+                    out = self._run(output_names, feeds)
+                    self._called = True
+                    return out
+        return self._run(output_names, feeds)
+
+    def _run(self, output_names: list[str], feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
         request = getattr(self._local, "request", None)
         if request is None:
             request = self._local.request = self.compiled.create_infer_request()
