@@ -341,6 +341,7 @@ def bench_systems(queries: Sequence[QueryCandidates], *, artifact: str | Sequenc
     Agreement is measured against ``teacher`` (probabilities by (qid, docid), e.g. a measured judge's)
     or else the labels in ``labels_dir``, whose accuracy is a row of its own (:func:`labels_row`, not timed)."""
     from r3edge.benchmarks.machine import machine_info
+    from r3edge.core.artifact import read_manifest, variant_runtime
 
     artifacts = [artifact] if isinstance(artifact, str) else list(artifact or [])
     if artifacts and target is not None or not (artifacts or target or in_process or allow_none):
@@ -356,9 +357,12 @@ def bench_systems(queries: Sequence[QueryCandidates], *, artifact: str | Sequenc
         rows.append({**student_row(target, queries, teacher, system=f"server@{target}", **kw),
                      "axis": hardware_axis(machine, None if _is_local(target) else f"server at {target}")})
     for art in artifacts:
-        name = f"student {Path(art).name}" if len(artifacts) > 1 else "student (onnxruntime)"
+        manifest = read_manifest(art)
         head = Scorer.load(art).spec.head  # the report holds only encoder students against the base-encoder floor
         for variant in (list(variants) if variants else _variants_of(art)):
+            # one artifact: the row names the runtime that scores the variant (ov-* run on OpenVINO)
+            runtime = variant_runtime(manifest, variant or manifest.get("default") or "fp32")
+            name = f"student {Path(art).name}" if len(artifacts) > 1 else f"student ({runtime})"
             with serve_artifact(art, variant, threads, **(serve_limits or {})) as tgt:
                 rows.append({**student_row(tgt, queries, teacher, system=name, **kw), "axis": axis, "head": head})
     for system, open_runtime in in_process:  # opened after the servers stopped: nothing else runs on the cores

@@ -448,3 +448,15 @@ def test_openvino_candidate_rebuilt_from_the_plain_graph_when_its_ir_of_the_fuse
     assert np.abs(got - ref).max() <= INT8_SCORE_TOL
     assert np.abs(alone - got).max() <= 1e-4
     rt.close()
+
+
+@pytest.mark.slow
+def test_bench_rows_name_the_runtime_that_served_each_variant(encoder_artifact, sample_pairs_file):
+    # the demo's report called its ov-int8 row "student (onnxruntime)"; the runtime comes from the manifest
+    from r3edge.benchmarks.systems import bench_systems
+    from r3edge.core.pairs import read_queries
+
+    results = bench_systems(read_queries(str(sample_pairs_file)), artifact=str(encoder_artifact),
+                            variants=["fp32", "ov-fp32"], requests=2, concurrency=1)
+    assert [(r["system"], r["variant"]) for r in results["systems"]] == [
+        ("student (onnxruntime)", "fp32"), ("student (openvino)", "ov-fp32")]
