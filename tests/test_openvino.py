@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import CONFIGS, SAMPLE_QUERIES
+from test_cosine_student import tiny_bi_config
 from test_train import write_labels
 
 from r3edge.core.errors import FormatError, InvalidInput, NotFound
@@ -389,8 +390,6 @@ def test_openvino_candidate_rebuilt_from_the_plain_graph_when_its_ir_of_the_fuse
     2-core EPYC, where the IR of the plain export was invariant (0.0). That failure does not arise on a tiny
     random model, so the gate is made to refuse the fused graph's IR here; everything else is the real export:
     the IR is rebuilt from the plain graph, gated again, served, and the plain ONNX graph is not shipped."""
-    import yaml
-
     import r3edge.export.onnx as export_onnx
     from r3edge.core.config import StudentConfig, load_yaml
     from r3edge.core.onnx_runtime import OnnxRuntime
@@ -400,10 +399,7 @@ def test_openvino_candidate_rebuilt_from_the_plain_graph_when_its_ir_of_the_fuse
     from r3edge.export.prefix import PLAIN_EXPORTER
     from r3edge.model.student import create_student, save_student
 
-    raw = yaml.safe_load(BERT_TINY.read_text())
-    raw["name"], raw["model"]["kind"], raw["scorer"]["max_total_tokens"] = "bert-tiny-bi", "biencoder", 180
-    (tmp_path / "bi.yaml").write_text(yaml.safe_dump(raw))
-    student = save_student(*create_student(load_yaml(tmp_path / "bi.yaml", StudentConfig)), tmp_path / "student")
+    student = save_student(*create_student(load_yaml(tiny_bi_config(tmp_path), StudentConfig)), tmp_path / "student")
 
     import r3edge.export.prefix as export_prefix
 
