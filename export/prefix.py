@@ -127,13 +127,12 @@ def _export_plain_candidate(doc_graph, example, path: Path, opset: int | None) -
 
 
 def export_plain_cosine_candidate(lm, scorer: Scorer, path: str | Path, queries: Sequence[str], docs: Sequence[str], *,
-                                  opset: int | None = None) -> dict:
-    """A cosine student's candidate graph by the plain export, in standard ONNX ops, at ``path``: what an
-    OpenVINO variant is rebuilt from when its IR of the fused graph fails a parity check
-    (:func:`r3edge.export.onnx._export_prefix_reuse`). Returns its report entry."""
+                                  opset: int | None = None) -> None:
+    """A cosine student's candidate graph by the plain export (:data:`PLAIN_EXPORTER`), in standard ONNX
+    ops, at ``path``: what an OpenVINO variant is rebuilt from when its IR of the fused graph fails a
+    parity check (:func:`r3edge.export.onnx._export_prefix_reuse`)."""
     _, doc_graph, _, example = _cosine_modules(lm, scorer, queries, docs)
     _export_plain_candidate(doc_graph, example, Path(path), opset)
-    return {"exporter": PLAIN_EXPORTER}
 
 
 def _export_cosine_graphs(lm, scorer: Scorer, out_dir: Path, queries: Sequence[str], docs: Sequence[str], *,
