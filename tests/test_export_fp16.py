@@ -15,8 +15,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import yaml
-from conftest import CONFIGS, SAMPLE_QUERIES
+from conftest import SAMPLE_QUERIES
+from test_cosine_student import tiny_bi_config
 
 pytestmark = pytest.mark.slow  # real models exported through torch
 
@@ -53,10 +53,7 @@ def cosine_artifact(tmp_path_factory) -> Path:
     from r3edge.model.student import create_student, save_student
 
     tmp = tmp_path_factory.mktemp("fp16bi")
-    raw = yaml.safe_load((CONFIGS / "student" / "bert-tiny.yaml").read_text())
-    raw["name"], raw["model"]["kind"], raw["scorer"]["max_total_tokens"] = "bert-tiny-bi", "biencoder", 180
-    (tmp / "bi.yaml").write_text(yaml.safe_dump(raw))
-    student = save_student(*create_student(load_yaml(tmp / "bi.yaml", StudentConfig)), tmp / "student")
+    student = save_student(*create_student(load_yaml(tiny_bi_config(tmp), StudentConfig)), tmp / "student")
     return export_artifact(student, tmp / "artifact", variants=("fp32", "fp16"), prefix_reuse=True, **QUIET)
 
 
