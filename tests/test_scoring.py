@@ -119,15 +119,17 @@ def test_plan_batches_respects_budget_and_covers_every_index():
 
 
 def test_default_budget_follows_the_leading_provider():
-    """CPU sessions get the budget measured fastest on CPU; a session led by a GPU provider gets one that
-    holds a whole top-100 of the longest students' pairs (the 1.5B causal student's reach 320 tokens)."""
+    """CPU sessions get the budget measured fastest on CPU; a session led by a GPU provider gets the one
+    measured fastest served on an H200 (GPU_MAX_BATCH_TOKENS), which cuts a top-100 of SemEval-length pairs
+    into a few micro-batches rather than one."""
+    from r3edge.core.scoring import GPU_MAX_BATCH_SIZE, GPU_MAX_BATCH_TOKENS
+
     assert default_batch_limits(["CPUExecutionProvider"]) == (512, 64)
     assert default_batch_limits([]) == (512, 64)
     gpu = default_batch_limits(["CUDAExecutionProvider", "CPUExecutionProvider"])
     assert gpu == default_batch_limits(["TensorrtExecutionProvider", "CUDAExecutionProvider", "CPUExecutionProvider"])
-    tokens, size = gpu
-    assert size >= 100 and tokens >= 100 * 320
-    assert plan_batches([320] * 100, tokens, size) == [list(range(100))]
+    assert gpu == (GPU_MAX_BATCH_TOKENS, GPU_MAX_BATCH_SIZE) != (512, 64)
+    assert len(plan_batches([131] * 100, *gpu)) == 2 and len(plan_batches([256] * 100, *gpu)) == 4
 
 
 def test_score_pairs_returns_input_order(scorer):
@@ -147,7 +149,7 @@ def test_score_pairs_returns_input_order(scorer):
 
 
 def test_score_pairs_takes_the_runtimes_batch_limits_unless_given(scorer):
-    """A runtime passed as run_batch brings its device's limits (a GPU session's hold a whole top-100); given
+    """A runtime passed as run_batch brings its device's limits (a GPU session's are larger than a CPU's); given
     limits win, and a bare function gets the CPU defaults."""
     from r3edge.core.scoring import DEFAULT_MAX_BATCH_SIZE
 

@@ -64,8 +64,8 @@ def test_every_config_parses_and_matches_the_manifest_and_graph(repo):
         cfg = configs[name]
         assert [(i.name, i.data_type, list(i.dims)) for i in cfg.input] == [(n, int64, [-1]) for n in manifest["inputs"]]
         assert [(o.name, o.data_type, list(o.dims)) for o in cfg.output] == [(manifest["output"], fp32, [spec.n_labels])]
-        # the serving budget: pairs of max_total_tokens (256) filling 32,768 padded tokens -> 128; at most 128 a batch
-        assert cfg.max_batch_size == 128 and list(cfg.dynamic_batching.preferred_batch_size) == [64, 128]
+        # the serving budget: pairs of max_total_tokens (256) filling 8,192 padded tokens -> 32; at most 64 a batch
+        assert cfg.max_batch_size == 64 and list(cfg.dynamic_batching.preferred_batch_size) == [16, 32]
         assert cfg.dynamic_batching.max_queue_delay_microseconds == 2000
         assert (repo / name / "1" / cfg.default_model_filename).is_file()
     onnx_cfg = configs[SCORER]

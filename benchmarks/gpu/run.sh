@@ -5,7 +5,8 @@
 #   bash benchmarks/gpu/run.sh take    # keep this call's carried piece in $R3GPU/parts (it stays while the machine is held)
 #   bash benchmarks/gpu/run.sh bench   # take the last piece, assemble and check the bundle, install onnxruntime-gpu and
 #                                      # the missing wheels with --no-deps --target, then measure into $OUT
-#   bash benchmarks/gpu/run.sh causal  # only the causal part again, while the machine that ran `bench` is held
+#   bash benchmarks/gpu/run.sh part causal        # one part alone (causal, student:demo or student:semeval), while
+#                                                 # the machine that ran `bench` is held: a part `bench` had no budget for
 #   SMOKE=1 bash benchmarks/gpu/run.sh bench   # here, on the CPU, after SMOKE=1 prepare.sh: the same steps, tiny models
 #
 # The bench step keeps to BUDGET_S (default 480 s) in all: the SemEval student, the GPU tests, the causal part, then the
@@ -50,9 +51,10 @@ bench_run() {
     "${SMOKE_FLAG[@]}" "$@"
 }
 
-causal() {  # the causal part alone, on a machine where `bench` already installed everything (still held)
+part() {  # one part alone (its name in $1), on a machine where `bench` already installed everything (still held)
+  [ -n "${1:-}" ] || { echo "usage: run.sh part causal|student:demo|student:semeval" >&2; exit 2; }
   gpu_env
-  bench_run --parts causal --budget-s "$BUDGET_S" --causal-min-s 0 2>&1 | tee "$OUT/causal.log" | grep -v "^\s*$" | tail -60
+  bench_run --parts "$1" --budget-s "$BUDGET_S" --causal-min-s 0 2>&1 | tee "$OUT/${1#student:}.log" | grep -v "^\s*$" | tail -60
 }
 
 # shellcheck source=benchmarks/gpu/bundle.sh
@@ -108,6 +110,6 @@ EOF
 case "${1:-}" in
   take) take ;;
   bench) bench ;;
-  causal) causal ;;
-  *) echo "usage: run.sh take|bench|causal" >&2; exit 2 ;;
+  part) part "${2:-}" ;;
+  *) echo "usage: run.sh take|bench|part NAME" >&2; exit 2 ;;
 esac

@@ -542,18 +542,17 @@ def softmax(x: np.ndarray) -> np.ndarray:
 #: cache and pad attention less). benchmarks/scripts/cpu_speed.py sweeps it again. A GPU wants
 #: more (:data:`GPU_MAX_BATCH_TOKENS`); :func:`default_batch_limits` picks between the two.
 DEFAULT_MAX_BATCH_TOKENS = 512
-#: The budget of a session led by a GPU provider (CUDA, TensorRT): a whole top-100 in one micro-batch. The
-#: earlier 8,192 tokens and 64 pairs cut a top-100 of SemEval pairs into about three micro-batches on an H200,
-#: each a call with its own copies and launch costs, where the fused fp16 MiniLM graph scored a whole top-100
-#: in one call in 2-4 ms (100 x 131 tokens: 3.7 ms with the pinned attention kernel;
-#: benchmarks/results/gpu-students-h200/diagnostics.md). 32,768 tokens hold 100 pairs of up to 327 tokens
-#: (the 1.5B causal student's pairs are 200-320). Not yet measured served: benchmarks/gpu serves the earlier
-#: limits beside it (GPU_EARLIER_LIMITS there).
-GPU_MAX_BATCH_TOKENS = 32768
-#: Pairs in one micro-batch at most: on a CPU (:data:`DEFAULT_MAX_BATCH_TOKENS` caps it first on real
-#: pairs), and on a GPU provider, where a top-100 must fit in one.
+#: The budget of a session led by a GPU provider (CUDA, TensorRT). Served fp16 over gRPC on an H200, 8,192 padded
+#: tokens and 64 pairs a micro-batch (about three micro-batches for a SemEval top-100) beat a whole top-100 in one
+#: (32,768 and 128) for both MiniLM students, at concurrency 1 (p50 11.7 against 14.3 ms per top-100; demo student
+#: 9.1 against 10.7) and at 16 (15,975 against 11,710 pairs/s): benchmarks/results/gpu-students-h200-second-run.
+#: The 1.5B causal student has not been served under these limits. benchmarks/gpu serves a whole top-100 in
+#: one micro-batch beside them (GPU_WHOLE_TOP100_LIMITS there).
+GPU_MAX_BATCH_TOKENS = 8192
+#: Pairs in one micro-batch at most, on a CPU (:data:`DEFAULT_MAX_BATCH_TOKENS` caps it first on real pairs) and
+#: on a GPU provider (the second run above).
 DEFAULT_MAX_BATCH_SIZE = 64
-GPU_MAX_BATCH_SIZE = 128
+GPU_MAX_BATCH_SIZE = 64
 #: Providers that run a session on a GPU.
 GPU_PROVIDERS = ("CUDAExecutionProvider", "TensorrtExecutionProvider", "ROCMExecutionProvider", "MIGraphXExecutionProvider")
 
