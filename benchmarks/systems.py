@@ -16,6 +16,7 @@ and, where teacher probabilities exist, against the teacher.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -105,10 +106,12 @@ def labels_row(queries: Sequence[QueryCandidates], labels_dir: str | Path, label
 
 
 @contextmanager
-def serve_artifact(artifact: str, variant: str | None, threads: int | None, **limits) -> Iterator[str]:
+def serve_artifact(artifact: str, variant: str | None, threads: int | None, *, env: dict[str, str] | None = None,
+                   **limits) -> Iterator[str]:
     """Run `r3edge serve` in a child process on a free port; yield its address; stop it (SIGTERM).
 
     ``limits`` become flags (``max_batch_tokens=512`` -> ``--max-batch-tokens 512``); None is left out.
+    ``env`` is laid over this process's environment for the child (e.g. ``TOKENIZERS_PARALLELISM``).
     """
     import re
     import subprocess
@@ -120,7 +123,8 @@ def serve_artifact(artifact: str, variant: str | None, threads: int | None, **li
     for name, value in {"variant": variant, "threads": threads, **limits}.items():
         if value is not None:
             cmd += [f"--{name.replace('_', '-')}", str(value)]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env=None if env is None else {**os.environ, **env})
     try:
         seen = []
         for line in proc.stdout:  # the server prints "serving ... on HOST:PORT" once it is SERVING

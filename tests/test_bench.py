@@ -384,6 +384,19 @@ def test_run_load_counts_failures_by_code(tiny_artifact):
     assert res["ok"] == 2 and res["errors"] == {"INVALID_ARGUMENT": 2}
 
 
+def test_serve_artifact_passes_its_flags_and_environment_to_the_child(tiny_artifact):
+    """The benchmarks' served rows differ only by the flags and environment serve_artifact gives `r3edge serve`
+    (the GPU benchmark's micro-batch limits, its tokenizer-threads row): both must reach the child process."""
+    from r3edge.api.client import RerankerClient
+    from r3edge.benchmarks.systems import serve_artifact
+
+    with serve_artifact(str(tiny_artifact), None, 1, env={"R3EDGE_MAX_BATCH_SIZE": "5"}, max_batch_tokens=300) as target:
+        with RerankerClient(target) as client:
+            client.wait_ready(60)
+            limits = client.model_info().limits
+    assert (limits.max_batch_tokens, limits.max_batch_size) == (300, 5)
+
+
 def test_bench_needs_exactly_one_system(sample_pairs_file):
     from r3edge.benchmarks.systems import bench_systems
     from r3edge.core.errors import R3EdgeError

@@ -191,17 +191,18 @@ def _parity(queries, ref_scores: dict, got_scores: dict, ref_logits=None, got_lo
     return out
 
 
-def _served(art: Path, variant: str, device: str, queries, scorer, args, label: str, **limits) -> dict:
+def _served(art: Path, variant: str, device: str, queries, scorer, args, label: str, env: dict | None = None,
+            **limits) -> dict:
     """One variant served by a child ``r3edge serve --device`` (``limits``: more of its flags, e.g.
-    ``max_batch_tokens``): every candidate's probabilities (top_k=0, also the warm-up), then closed-loop load at
-    concurrency 1 and 16."""
+    ``max_batch_tokens``; ``env``: more of its environment): every candidate's probabilities (top_k=0, also the
+    warm-up), then closed-loop load at concurrency 1 and 16."""
     from r3edge.api.client import RerankerClient
     from r3edge.benchmarks.load import collect_probs, run_load
     from r3edge.benchmarks.systems import serve_artifact
 
-    row: dict = {"system": label, "variant": variant, "device": device, "limits": limits}
+    row: dict = {"system": label, "variant": variant, "device": device, "limits": limits, **({"env": env} if env else {})}
     try:
-        with serve_artifact(str(art), variant, None, device=device, **limits) as target:
+        with serve_artifact(str(art), variant, None, device=device, env=env, **limits) as target:
             with RerankerClient(target) as client:
                 client.wait_ready(300)
                 info = client.model_info()
@@ -221,6 +222,14 @@ def _served(art: Path, variant: str, device: str, queries, scorer, args, label: 
     except Exception as exc:  # a system that fails is a row that says why, not a lost run
         row["error"] = f"{type(exc).__name__}: {exc}"[:1500]
     return row
+
+
+def _one_call(scorer) -> dict:
+    """Limits that score a whole top-100 in one torch call, as sentence-transformers gets (``batch_size`` 128):
+    lm_score_fn's own default is the CPU's 512 padded tokens, which cut a SemEval top-100 into 13-48 calls for the
+    MiniLM students and more for the causal student's longer pairs: the torch rows of the second H200 run
+    (benchmarks/results/gpu-students-h200-second-run) ran so."""
+    return {"max_batch_tokens": 128 * scorer.spec.max_total_tokens, "max_batch_size": 128}
 
 
 def _in_process(student: Path, queries, device: str, args) -> list[dict]:
@@ -265,7 +274,7 @@ def _in_process(student: Path, queries, device: str, args) -> list[dict]:
         encoder.to(dtype)
         if attn and hasattr(encoder, "set_attn_implementation"):
             encoder.set_attn_implementation(attn)
-        fn = lm_score_fn(lm, scorer, max_batch_size=128)
+        fn = lm_score_fn(lm, scorer, **_one_call(scorer))
 
         def rank_one(q, t, fn=fn):
             return scorer.relevance(fn([q] * len(t), t))[1]
@@ -345,6 +354,11 @@ def student_part(key: str, stage: Path, work: Path, queries, device: str, args) 
     whole = GPU_WHOLE_TOP100_LIMITS
     rows.append(_served(art, "fp16", device, queries, scorer, args, f"served fp16, {device}, a whole top-100 per "
                         f"micro-batch ({whole['max_batch_tokens']:,} tokens, {whole['max_batch_size']} pairs)", **whole))
+    # Tokenising a SemEval top-100 took 3.45 ms in the server on the H200's 16 cores with the Rust tokenizer's
+    # parallelism on (the second run), 2.8 ms on one core in process in the first; this row serves the default
+    # with it off, so the run says which is faster there.
+    rows.append(_served(art, "fp16", device, queries, scorer, args, f"served fp16, {device}, tokenizer on one thread "
+                        "(TOKENIZERS_PARALLELISM=false)", env={"TOKENIZERS_PARALLELISM": "false"}))
     # INT8 on the GPU (issue 46): the static QDQ variant, the one int8 kind the CUDA provider can open (the per-row
     # kinds are refused on a GPU, r3edge.core.devices.CPU_ONLY_KINDS); what it gives there against fp16 and fp32
     kept = json.loads((art / "manifest.json").read_text())["variants"]
@@ -378,7 +392,7 @@ def _p50(row: dict, conc: str = "c1"):
 
 def _student_goals(rows: list[dict]) -> dict:
     fp16 = [r for r in rows if r.get("variant") == "fp16" and _p50(r)]
-    served = next((r for r in fp16 if not r["limits"]), None)  # the goals are read on the served default
+    served = next((r for r in fp16 if not r["limits"] and not r.get("env")), None)  # the goals are read on the served default
     torch_rows = [r for r in rows if r.get("in_process") and _p50(r)]
     fastest = min(torch_rows, key=_p50) if torch_rows else None
     if served is None:
@@ -425,7 +439,7 @@ def causal_part(work: Path, queries, device: str, args) -> dict:
     rows = [_served(art, "fp16", device, queries[:2], scorer, args, f"served fp16, {device}")]
     bf16 = torch.bfloat16 if device.startswith("cuda") else torch.float32  # smoke: bf16 is emulated on most CPUs
     m = lm.to(device=device, dtype=bf16).eval()
-    fn = lm_score_fn(m, scorer, max_batch_size=100)
+    fn = lm_score_fn(m, scorer, **_one_call(scorer))
     texts = [(q.query, [c.text for c in q.candidates]) for q in queries[:2]]
     row: dict = {"system": f"torch {'bf16' if bf16 is torch.bfloat16 else 'fp32 (smoke)'} in process, one batch of 100",
                  "device": device, "in_process": True}
