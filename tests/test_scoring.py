@@ -119,9 +119,9 @@ def test_plan_batches_respects_budget_and_covers_every_index():
 
 
 def test_default_budget_follows_the_leading_provider():
-    """CPU sessions get the budget measured fastest on CPU; a session led by a GPU provider gets the one
-    measured fastest served on an H200 (GPU_MAX_BATCH_TOKENS), which cuts a top-100 of SemEval-length pairs
-    into a few micro-batches rather than one."""
+    """CPU sessions get the budget measured fastest on CPU; a session led by a GPU provider gets the one that
+    served faster on an H200 than a whole top-100 per micro-batch (GPU_MAX_BATCH_TOKENS): it cuts a top-100 of
+    SemEval-length pairs into a few micro-batches rather than one."""
     from r3edge.core.scoring import GPU_MAX_BATCH_SIZE, GPU_MAX_BATCH_TOKENS
 
     assert default_batch_limits(["CPUExecutionProvider"]) == (512, 64)
