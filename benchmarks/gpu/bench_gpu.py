@@ -224,6 +224,27 @@ def _served(art: Path, variant: str, device: str, queries, scorer, args, label: 
     return row
 
 
+def _tokenise_ms(scorer, queries) -> dict:
+    """p50 ms of ``Scorer.encode_batch`` on each top-100 in this process, with the Rust tokenizer's threads and on
+    one thread (it reads TOKENIZERS_PARALLELISM on every call): the served rows' ``tokenise`` is the same call
+    inside the server, beside its other threads, so the two together say what the server adds."""
+    from r3edge.core.timing import percentiles
+
+    before, out = os.environ.get("TOKENIZERS_PARALLELISM"), {}
+    try:
+        for mode, flag in (("threads", "true"), ("one_thread", "false")):
+            os.environ["TOKENIZERS_PARALLELISM"] = flag
+            ms = [t for q in queries for t in _ms(lambda q=q: scorer.encode_batch([q.query] * len(q.candidates),
+                                                                                  [c.text for c in q.candidates]), 1)]
+            out[mode] = percentiles(ms)["p50"]
+    finally:
+        if before is None:
+            os.environ.pop("TOKENIZERS_PARALLELISM", None)
+        else:
+            os.environ["TOKENIZERS_PARALLELISM"] = before
+    return out
+
+
 def _one_call(scorer) -> dict:
     """Limits that score a whole top-100 in one torch call, as sentence-transformers gets (``batch_size`` 128):
     lm_score_fn's own default is the CPU's 512 padded tokens, which cut a SemEval top-100 into 13-48 calls for the
@@ -341,6 +362,7 @@ def student_part(key: str, stage: Path, work: Path, queries, device: str, args) 
                                                                "argmax_agreement")}
                                     for v, r in report.get("prefix_reuse", report["variants"]).items()},
                   "fp16_fusion": report["quantization"].get("fp16", {}).get("gpu_fusion")}
+    part["tokenise_ms_p50_in_process"] = _tokenise_ms(scorer, queries)
     rows = _in_process(student, queries, device, args)
     cpu_label = "served fp32, CPU provider (same machine)"
     for variant, dev, label in ((("fp16", device, f"served fp16, {device}")), ("fp32", device, f"served fp32, {device}"),
@@ -576,6 +598,10 @@ def report_md(d: dict) -> str:
                              f"{_fmt(s['tokenize'], 2)} | {_fmt(s['queue'], 2)} | "
                              f"{_fmt(s['total'] - s['tokenize'] - s['queue'], 2)} | {_fmt(s['inference'], 2)} |")
             lines += ["", "(Differences of p50s, not p50s of differences: approximate.)", ""]
+        if part.get("tokenise_ms_p50_in_process"):
+            tok = part["tokenise_ms_p50_in_process"]
+            lines.append(f"- tokenising a top-100 in this process (Scorer.encode_batch, p50): {_fmt(tok['threads'], 2)} ms "
+                         f"with the tokenizer's threads, {_fmt(tok['one_thread'], 2)} ms on one thread")
         for bi in part.get("batch_invariance", []):
             lines.append(f"- batch invariance, {bi.get('variant')} on {bi.get('device')}: "
                          + (f"max |dScore| {bi['max_abs_score_diff']:.2e} over {bi['pairs']} pairs ({bi['providers'][0]})"
