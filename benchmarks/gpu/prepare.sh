@@ -7,7 +7,8 @@
 #   SMOKE=1 benchmarks/gpu/prepare.sh      # tiny random students, no wheels: for run.sh's --smoke here
 #
 # Optional: DEMO_STUDENT=dir SEMEVAL_STUDENT=dir (trained students; without them the untrained configs are
-# carried and the report says so), PAIRS=file (default: ../shared/data/semeval2016-cqa/subtaskC_dev.jsonl).
+# carried and the report says so), PAIRS=file (default: ../shared/data/semeval2016-cqa/subtaskC_dev.jsonl),
+# DEMO_HELDOUT=file (the demo's held-back top-100s for the shared GPU probe; default: beside DEMO_STUDENT).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 PY=${PY:-.venv/bin/python}
@@ -28,6 +29,15 @@ SMOKE_FLAG=()
 [ "$SMOKE" = 1 ] && SMOKE_FLAG=(--smoke)
 "$PY" benchmarks/gpu/bench_gpu.py prepare --stage "$STAGE" --pairs "$PAIRS" "${SMOKE_FLAG[@]}" \
   ${DEMO_STUDENT:+--demo-student "$DEMO_STUDENT"} ${SEMEVAL_STUDENT:+--semeval-student "$SEMEVAL_STUDENT"}
+# the shared GPU probe (../shared/probes/gpu_graphs.py: the demo's candidate graphs alone on the CUDA and CPU providers)
+# and the demo's held-back top-100s it reads, for `run.sh probe`; DEMO_HELDOUT defaults to the demo run's heldout.jsonl
+PROBE=${PROBE:-../shared/probes/gpu_graphs.py}
+DEMO_HELDOUT=${DEMO_HELDOUT:-${DEMO_STUDENT:+$(dirname "$DEMO_STUDENT")/heldout.jsonl}}
+if [ -f "$PROBE" ] && [ -f "${DEMO_HELDOUT:-}" ]; then
+  mkdir -p "$STAGE/probe" && cp "$PROBE" "$DEMO_HELDOUT" "$STAGE/probe/"
+else
+  echo "no probe carried: needs $PROBE and DEMO_HELDOUT (or DEMO_STUDENT beside a heldout.jsonl)"
+fi
 # identical weight files (both students untrained) travel once: tar stores the second as a hard link
 a=$STAGE/students/demo/model.safetensors b=$STAGE/students/semeval/model.safetensors
 if cmp -s "$a" "$b"; then ln -f "$a" "$b"; echo "the two students' weights are identical: carried once"; fi

@@ -7,6 +7,7 @@
 #                                      # the missing wheels with --no-deps --target, then measure into $OUT
 #   bash benchmarks/gpu/run.sh part causal        # one part alone (causal, student:demo or student:semeval), while
 #                                                 # the machine that ran `bench` is held: a part `bench` had no budget for
+#   bash benchmarks/gpu/run.sh probe              # ../shared/probes/gpu_graphs.py on the demo artifact exported there
 #   SMOKE=1 bash benchmarks/gpu/run.sh bench   # here, on the CPU, after SMOKE=1 prepare.sh: the same steps, tiny models
 #
 # The bench step keeps to BUDGET_S (default 480 s) in all: the SemEval student, the GPU tests, the causal part, then the
@@ -55,6 +56,18 @@ part() {  # one part alone (its name in $1), on a machine where `bench` already 
   [ -n "${1:-}" ] || { echo "usage: run.sh part causal|student:demo|student:semeval" >&2; exit 2; }
   gpu_env
   bench_run --parts "$1" --budget-s "$BUDGET_S" --causal-min-s 0 2>&1 | tee "$OUT/${1#student:}.log" | grep -v "^\s*$" | tail -60
+}
+
+probe() {  # the shared probe ../shared/probes/gpu_graphs.py on the demo artifact that `bench` or `part student:demo`
+  # exported here (machine still held): its candidate graphs alone on the CUDA and CPU providers, beside the served rows
+  local art=$R3GPU/work/artifact-demo in=$R3GPU/probe-in
+  [ -f "$R3GPU/stage/probe/gpu_graphs.py" ] || { echo "no probe in the bundle: prepare.sh carries it with DEMO_HELDOUT" >&2; exit 3; }
+  [ -f "$art/candidate.fp32.onnx" ] || { echo "no demo artifact at $art: run 'run.sh part student:demo' first" >&2; exit 3; }
+  rm -rf "$in" && mkdir -p "$in"
+  ln -s "$art"/candidate.* "$art/tokenizer.json" "$R3GPU/stage/probe/heldout.jsonl" "$in"/
+  gpu_env
+  "$PY" "$R3GPU/stage/probe/gpu_graphs.py" "$in" "$OUT/gpu-graphs" > "$OUT/gpu-graphs.log" 2>&1
+  echo "gpu_graphs probe: exit $?"; grep " / " "$OUT/gpu-graphs.log" | cut -c1-400
 }
 
 # shellcheck source=benchmarks/gpu/bundle.sh
@@ -111,5 +124,6 @@ case "${1:-}" in
   take) take ;;
   bench) bench ;;
   part) part "${2:-}" ;;
-  *) echo "usage: run.sh take|bench|part NAME" >&2; exit 2 ;;
+  probe) probe ;;
+  *) echo "usage: run.sh take|bench|part NAME|probe" >&2; exit 2 ;;
 esac
