@@ -361,7 +361,9 @@ def student_part(key: str, stage: Path, work: Path, queries, device: str, args) 
                   "export_parity": {v: {k: r.get(k) for k in ("validated_on", "max_abs_logit_diff", "max_abs_score_diff",
                                                                "argmax_agreement")}
                                     for v, r in report.get("prefix_reuse", report["variants"]).items()},
-                  "fp16_fusion": report["quantization"].get("fp16", {}).get("gpu_fusion")}
+                  # the fp16 candidate graph's fusions (a prefix-reuse artifact's served graph), else the single graph's
+                  "fp16_fusion": (report.get("prefix_reuse", {}).get("fp16", {}).get("candidate_quantization")
+                                  or report["quantization"].get("fp16", {})).get("gpu_fusion")}
     part["tokenise_ms_p50_in_process"] = _tokenise_ms(scorer, queries)
     rows = _in_process(student, queries, device, args)
     cpu_label = "served fp32, CPU provider (same machine)"
