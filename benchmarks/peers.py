@@ -89,6 +89,13 @@ class PeerWorker:
             self.proc.wait()
 
 
+def peer_max_seq_length(scorer: Scorer) -> int:
+    """sentence-transformers' ``max_seq_length`` for a cosine student's peers (here and in benchmarks/gpu):
+    ``[CLS] document [SEP]``, the document budget as r3edge embeds a document. The peers cut the query there too;
+    the student cuts it at ``max_query_tokens``."""
+    return scorer.spec.max_doc_tokens + 2
+
+
 def grpc_ranker(target: str, requests: Sequence[tuple[str, list[str]]]) -> tuple[Callable[[int], list[int]], Callable]:
     """``(rank(request) -> top-10 candidate indices, close)`` through a running server's ``Rerank``."""
     from r3edge.api.client import RerankerClient
@@ -133,7 +140,7 @@ def measure_peers(student: str | Path, queries: Sequence[QueryCandidates], *, ar
         raise InvalidInput("no r3edge system to compare", "pass --artifact DIR (its --variants are served) or --target",
                            field="--artifact")
     scorer = cosine_scorer(student, artifact)
-    max_seq_length = scorer.spec.max_doc_tokens + 2  # [CLS] document [SEP]: the document budget, as r3edge embeds it
+    max_seq_length = peer_max_seq_length(scorer)
     requests = [(q.query, [c.text for c in q.candidates]) for q in queries]
     systems: dict[str, Callable[[int], list[int]]] = {}
     with ExitStack() as stack:

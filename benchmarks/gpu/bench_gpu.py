@@ -258,6 +258,7 @@ def _in_process(student: Path, queries, device: str, args) -> list[dict]:
     each row keeps every candidate's expected score for the parity columns (fp32 torch is the reference)."""
     import torch
 
+    from r3edge.benchmarks.peers import peer_max_seq_length
     from r3edge.model.student import lm_score_fn, load_student
 
     rows = []
@@ -314,7 +315,7 @@ def _in_process(student: Path, queries, device: str, args) -> list[dict]:
         values, temperature = scorer.spec.label_values, float(scorer.spec.temperature)
         for half in (False, True):
             st = SentenceTransformer(str(student), device=device)
-            st.max_seq_length = scorer.spec.max_doc_tokens
+            st.max_seq_length = peer_max_seq_length(scorer)
             if half:
                 st = st.half()
 
