@@ -4,7 +4,7 @@ label the 100k-pair set (`r3edge pairs --semeval`) in shards, each finished shar
 
 Subcommands (README.md gives the device calls in order):
 
-    cold-start (there)  teacher_sft, keeping the LoRA adapter (fp32) before the merge; C dev; then shards
+    cold-start (there)  teacher_sft, keeping the LoRA adapter (int8) before the merge; C dev; then shards
     label      (there)  rebuild the same judge from the base and the carried adapter; shards not yet done
     flush      (there)  ship what is left in the outbox (a call's $OUT holds at most 8 files, 64 MiB)
     unpack     (here)   the returned bundles -> the labels folder and the adapter's pieces
@@ -19,9 +19,10 @@ the next call (`flush`).
 
 The weights: the packaged GGUF (`r3edge[judge-qwen]`, 22 packages, ~1.1 GB) travels in the bundle's pieces
 (prepare.sh); `judge_qwen_coder_gpu.py`'s stand-in packages feed it to r3edge's pinned reassembly. The
-cold-started judge (3 GB) cannot travel; its LoRA adapter (18.5M fp32 parameters, ~74 MB) can, in 15 MiB
-pieces, and `label` merges it onto the same fp32 base as `teacher_sft` did, so a later session labels with the
-same judge: the merged weights' sha256 is recorded by both and must agree.
+cold-started judge (3 GB) cannot travel; its LoRA adapter can: 18.5M parameters rounded to int8 before the merge
+(`keep_adapter`), 18.5 MB, small enough to commit (issue 47 allows <= 20 MB), and `label` merges it onto the same fp32
+base as `teacher_sft` did, so a later session on a fresh box labels with the same judge: the merged weights' sha256 is
+recorded by both and must agree.
 """
 
 from __future__ import annotations
@@ -124,14 +125,24 @@ class Outbox:
 
 # --- the judge -----------------------------------------------------------------------------------------
 
+#: the adapter as it travels and is committed: int8 values with one fp32 scale per rank index (ADAPTER_CODEC)
+ADAPTER_FILE = "adapter.int8.safetensors"
+ADAPTER_CODEC = "int8, symmetric, one fp32 scale per rank index of each LoRA matrix"
+
+
 @contextmanager
 def keep_adapter(adapter_dir: Path):
-    """Save the LoRA adapter (peft's own format, fp32 as trained) when `teacher_sft` merges it: the merged 3 GB
-    judge cannot leave the machine, the adapter can, and merging it again onto the same base remakes the judge."""
+    """Keep the LoRA adapter when `teacher_sft` merges it: the merged 3 GB judge cannot leave the machine, the adapter
+    can, and merging it again onto the same base remakes the judge. A session's box is not kept, so the adapter must
+    be committed, and the issue allows that at <= 20 MB: r=16 on every linear layer of the 1.5B is 18.5M parameters,
+    74 MB in fp32, 37 MB in bf16, 18.5 MB as int8. So the adapter is rounded to int8 (`compact_adapter`) *before* the
+    merge, and the judge that labels is the base plus exactly what travels: a later session rebuilds the same weights."""
     from peft import PeftModel
+    from peft.utils import set_peft_model_state_dict
 
     def merge_and_unload(self, *args, **kwargs):
         self.save_pretrained(adapter_dir)
+        set_peft_model_state_dict(self, expand_adapter(compact_adapter(adapter_dir)))
         return self.base_model.merge_and_unload(*args, **kwargs)
 
     assert "merge_and_unload" not in PeftModel.__dict__  # peft forwards it to the tuner: ours is found first
@@ -140,6 +151,34 @@ def keep_adapter(adapter_dir: Path):
         yield
     finally:
         del PeftModel.merge_and_unload
+
+
+def compact_adapter(adapter_dir: Path) -> Path:
+    """peft's fp32 adapter_model.safetensors -> ADAPTER_FILE (int8 + scales), and the fp32 file removed.
+    Each LoRA matrix is rounded along its rank axis (lora_A is r x in, lora_B is out x r): one scale per rank index,
+    absmax / 127, so no rank direction is flattened by another's range and the scales cost 2 x r floats a matrix."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    src = adapter_dir / "adapter_model.safetensors"
+    out = {}
+    for name, w in load_file(src).items():
+        w = w.float()
+        axis = 1 if "lora_A" in name else 0  # reduce over the axis that is not the rank's
+        scale = (w.abs().amax(dim=axis, keepdim=True) / 127).clamp_min(torch.finfo(torch.float32).tiny)
+        out[f"{name}.q"] = torch.round(w / scale).clamp(-127, 127).to(torch.int8).contiguous()
+        out[f"{name}.scale"] = scale.contiguous()
+    save_file(out, adapter_dir / ADAPTER_FILE, metadata={"codec": ADAPTER_CODEC})
+    src.unlink()
+    return adapter_dir / ADAPTER_FILE
+
+
+def expand_adapter(compact: Path) -> dict:
+    """ADAPTER_FILE -> peft's state dict in fp32: q x scale, the values the judge merges in every session."""
+    from safetensors.torch import load_file
+
+    t = load_file(compact)
+    return {name[:-2]: t[name].float() * t[name[:-2] + ".scale"] for name in t if name.endswith(".q")}
 
 
 def weights_sha256(model_dir: Path) -> str:
@@ -167,6 +206,9 @@ def rebuild_judge(sft, adapter_dir: Path, judge_dir: Path, report: dict) -> Path
 
     from r3edge.distill.teacher.sft import _save, load_base
 
+    from safetensors.torch import save_file
+
+    save_file(expand_adapter(adapter_dir / ADAPTER_FILE), adapter_dir / "adapter_model.safetensors")
     tokenizer, lm = load_base(sft.model)
     if torch.cuda.is_available():
         lm = lm.to("cuda")  # merged where teacher_sft merged it
