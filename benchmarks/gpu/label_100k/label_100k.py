@@ -428,10 +428,9 @@ def verify(args) -> int:
     --pairs pairs of a labelled split with it, and compare with the committed labels (argmax agreement, max |delta
     expected score|). ``--jitter`` first moves every adapter value by up to half its int8 step (uniform noise, a
     second rounding of the same size), so the same comparison says how far the int8 rounding itself can move labels."""
-    import numpy as np
     import torch
 
-    from r3edge.core.labels import read_labels, read_manifest
+    from r3edge.core.labels import read_labels
     from r3edge.core.pairs import read_queries, write_queries
 
     adapter, work = Path(args.adapter), Path(args.work)
@@ -476,17 +475,34 @@ def verify(args) -> int:
 
     label_pairs(work / "pairs.jsonl", sft_config(False).teacher, label_pairs_out, teacher_model=judge,
                 batch_size=args.batch_size, shard_size=args.batch_size, overwrite=True, stream=sys.stdout)
-    values = np.asarray(read_manifest(label_pairs_out)["label_values"], dtype=np.float64)
-    got = read_labels(label_pairs_out).to_pylist()
-    a = np.asarray([r["probs"] for r in got])
-    b = np.asarray([rows[(r["qid"], r["docid"])]["probs"] for r in got])
-    result = {"adapter_sha256": want, "jitter_seed": args.jitter or None, "pairs": len(got),
-              "argmax_agreement": float((a.argmax(1) == b.argmax(1)).mean()),
-              "max_abs_delta_expected_score": float(np.abs(a @ values - b @ values).max()),
-              "mean_abs_delta_expected_score": float(np.abs(a @ values - b @ values).mean()),
+    result = {"adapter_sha256": want, "jitter_seed": args.jitter or None, **compare_labels(label_pairs_out, ref),
               "rebuild_s": round(rebuilt_s, 1), "label_s": round(time.time() - t0, 1),
               "judge_sha256": weights_sha256(judge), "torch": torch.__version__,
               "device": "cuda" if torch.cuda.is_available() else "cpu"}
+    print(json.dumps(result, indent=2))
+    if args.out:
+        Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
+    return 0
+
+
+def compare_labels(a_dir: Path, b_dir: Path) -> dict:
+    """Two labellings of the same pairs (every pair of a, looked up in b): argmax agreement and |delta expected score|."""
+    import numpy as np
+
+    from r3edge.core.labels import read_labels, read_manifest
+
+    values = np.asarray(read_manifest(a_dir)["label_values"], dtype=np.float64)
+    b = {(r["qid"], r["docid"]): r["probs"] for r in read_labels(b_dir).to_pylist()}
+    got = read_labels(a_dir).to_pylist()
+    pa = np.asarray([r["probs"] for r in got])
+    pb = np.asarray([b[(r["qid"], r["docid"])] for r in got])
+    d = np.abs(pa @ values - pb @ values)
+    return {"pairs": len(got), "argmax_agreement": float((pa.argmax(1) == pb.argmax(1)).mean()),
+            "max_abs_delta_expected_score": float(d.max()), "mean_abs_delta_expected_score": float(d.mean())}
+
+
+def compare(args) -> int:
+    result = {"a": args.a, "b": args.b, **compare_labels(Path(args.a), Path(args.b))}
     print(json.dumps(result, indent=2))
     if args.out:
         Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
@@ -566,13 +582,17 @@ def main() -> int:
     p.add_argument("--jitter", type=int, default=0, help="a seed: move each adapter value by < half its int8 step")
     p.add_argument("--batch-size", type=int, default=8)
     p.add_argument("--out")
+    p = sub.add_parser("compare")
+    p.add_argument("a", help="a labels folder (every pair of it is compared)")
+    p.add_argument("b", help="another labelling of the same pairs (e.g. verify's plain and --jitter runs)")
+    p.add_argument("--out")
     p = sub.add_parser("report")
     p.add_argument("--labels", required=True)
     p.add_argument("--out")
     p.add_argument("--data", help="../shared/data/semeval2016-cqa: C dev's gold labels, for the judge's check")
     p.add_argument("--reference", help="a reference judge's labels folder (dev/, train/) to set beside this one")
     args = ap.parse_args()
-    return {"cold-start": cold_start, "label": label, "flush": flush, "unpack": unpack, "verify": verify,
+    return {"cold-start": cold_start, "label": label, "flush": flush, "unpack": unpack, "verify": verify, "compare": compare,
             "report": report}[args.cmd](args)
 
 
