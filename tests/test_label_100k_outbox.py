@@ -56,15 +56,17 @@ def test_outbox_ships_within_a_calls_limits_and_the_rest_next_call(mod, tmp_path
         assert t.extractfile(name).read() == (src / name).read_bytes()
 
 
-def test_the_adapter_waits_for_the_calls_end_and_labels_go_first(mod, tmp_path):
+def test_pieces_wait_for_the_calls_end_and_labels_and_reports_go_first(mod, tmp_path):
+    """The adapter's and a student's weights' pieces (NAME.tar.NN) ship last; labels, reports and checksums first."""
     work, out = tmp_path / "work", tmp_path / "out"
     box = mod.Outbox(work, out)
     src = tmp_path / "src"
     src.mkdir()
-    for name in ("adapter.tar.00", "adapter.tar.01", "labels-dev.tar"):
+    pieces = ["adapter.tar.00", "adapter.tar.01", "student-100k.tar.00"]
+    for name in (*pieces, "labels-dev.tar", "student-100k.train_report.json", "student-100k.sha256"):
         (src / name).write_bytes(b"x" * 4096)
         box.put(src / name)
-    assert sorted(box.ship()) == ["adapter.tar.00", "adapter.tar.01"]  # mid-call: labels only
-    assert _shipped(out) == ["labels-dev.tar"]
+    assert sorted(box.ship()) == pieces  # mid-call: no piece
+    assert sorted(_shipped(out)) == ["labels-dev.tar", "student-100k.sha256", "student-100k.train_report.json"]
     assert box.ship(final=True) == []
-    assert _shipped(out) == ["labels-dev.tar", "adapter.tar.00", "adapter.tar.01"]
+    assert _shipped(out)[3:] == pieces

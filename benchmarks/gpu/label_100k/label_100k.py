@@ -6,9 +6,12 @@ Subcommands (README.md gives the device calls in order):
 
     cold-start (there)  teacher_sft, keeping the LoRA adapter (int8) before the merge; C dev; then shards
     label      (there)  rebuild the same judge from the base and the carried adapter; shards not yet done
+    students   (there)  after the last shard: merge the 100k labels, train the MiniLM arms (6.7k and 100k)
     flush      (there)  ship what is left in the outbox (a call's $OUT holds at most 8 files, 64 MiB)
-    unpack     (here)   the returned bundles -> the labels folder and the adapter's pieces
-    report     (here)   pairs/s and GPU-seconds per 1,000 pairs from the shards' manifests
+    unpack     (here)   the returned bundles -> the labels folder, the adapter's and the students' pieces
+    verify     (here)   rebuild the judge from a committed adapter and relabel C dev pairs against its labels
+    compare    (here)   two labellings of the same pairs: argmax agreement, |delta expected score|
+    report     (here)   pairs/s and GPU-seconds per 1,000 pairs from the shards' manifests; the judge's C dev check
 
 Shards: `label_pairs(..., shard="i/N")`, every query in one shard (r3edge's hash of its qid), each into its own
 folder; a shard whose manifest is complete is never labelled again. A shard cut mid-way resumes at its last
@@ -62,6 +65,12 @@ def _sha256(path: Path) -> str:
 
 # --- shipping ----------------------------------------------------------------------------------------
 
+def _piece(name: str) -> bool:
+    """A piece of a split folder (`split_folder`: NAME.tar.NN), shipped after everything else."""
+    stem, _, k = name.rpartition(".")
+    return stem.endswith(".tar") and k.isdigit()
+
+
 class Outbox:
     """Files to bring home, shipped into $OUT as tar bundles within what one call returns."""
 
@@ -89,13 +98,13 @@ class Outbox:
 
     def ship(self, final: bool = False) -> list[str]:
         """Append unshipped outbox files (oldest first) to this call's bundles; returns what is still waiting.
-        The adapter's pieces go only when ``final`` (the call's work is done): labels come first, and the adapter
-        is needed only by a later session.
+        Pieces of a folder (the adapter's, a student's weights) go only when ``final`` (the call's work is done):
+        labels and reports come first, and the pieces are needed only later.
         Each append is tried on a copy and kept only if the bundle and the call's total stay within the limits
         (tar pads to 10 KiB records, so sizes are measured, not estimated)."""
         waiting = sorted((p for p in self.box.iterdir() if p.name not in self.sent and not p.name.endswith(".tmp")
-                          and (final or not p.name.startswith("adapter."))),
-                         key=lambda p: (p.name.startswith("adapter."), p.stat().st_mtime, p.name))
+                          and (final or not _piece(p.name))),
+                         key=lambda p: (_piece(p.name), p.stat().st_mtime, p.name))
         for p in waiting:
             targets = self.bundles[-1:] + ([None] if len(self.bundles) < MAX_BUNDLES else [])
             if not any(self._try(p, cur) for cur in targets):
@@ -300,7 +309,7 @@ def cold_start(args) -> int:
                     log=lambda *a: print(*a, flush=True))
     r.run["steps"]["cold_start"] = {"wall_s": round(time.time() - t0, 1), "judge_sha256": weights_sha256(judge)}
     r.box.put(judge / REPORT_FILE)
-    split_adapter(adapter, r.box)
+    split_folder(adapter, r.box, "adapter")
     r.save()
     for pairs in map(Path, args.also):  # C dev (the judge's check) and C train (the 6.7k-label student's labels)
         got = r.label(pairs, r.work / "labels" / pairs.stem, judge, limit=SMOKE_PAIRS if args.smoke else None)
@@ -313,20 +322,20 @@ def cold_start(args) -> int:
     return 0
 
 
-def split_adapter(adapter: Path, box: Outbox) -> None:
-    """The adapter as one tar in BUNDLE-sized pieces (+ its sha256) in the outbox."""
-    tar = adapter.parent / "adapter.tar"
+def split_folder(folder: Path, box: Outbox, name: str) -> None:
+    """A folder as one tar NAME.tar in BUNDLE-sized pieces (NAME.tar.NN) + NAME.sha256, into the outbox."""
+    tar = folder.parent / f"{name}.tar"
     with tarfile.open(tar, "w") as t:
-        t.add(adapter, arcname="adapter")
-    (adapter.parent / "adapter.sha256").write_text(f"{_sha256(tar)}  adapter.tar\n")
+        t.add(folder, arcname=name)
+    (folder.parent / f"{name}.sha256").write_text(f"{_sha256(tar)}  {name}.tar\n")
     with tar.open("rb") as fh:
         k = 0
         while block := fh.read(BUNDLE - 65536):  # a piece and its tar header fit one bundle
-            piece = adapter.parent / f"adapter.tar.{k:02d}"
+            piece = folder.parent / f"{name}.tar.{k:02d}"
             piece.write_bytes(block)
             box.put(piece)
             k += 1
-    box.put(adapter.parent / "adapter.sha256")
+    box.put(folder.parent / f"{name}.sha256")
 
 
 def label(args) -> int:
@@ -360,6 +369,55 @@ def label(args) -> int:
     return 0
 
 
+#: issue 47's MiniLM arms: the recommended recipe, each query once a step and bf16 (docs/distillation.md, "The chain at
+#: 100k pairs": the comparison runs with it on both sides)
+MINILM_CONFIG = "minilm-cqa-bi-rank-wise-q1"
+
+
+def students(args) -> int:
+    """The MiniLM arms of issue 47 on the GPU, after the last shard: merge the shards into the 100k labels (which
+    proves them complete and disjoint), then train `MINILM_CONFIG` on this judge's C train labels (6.7k) and on the
+    100k, each scored on C dev (`train_report.json`'s eval). A 2-core CPU needs hours for the 100k epoch, more than a
+    session, and a session's box is not kept. Reports ship first, then each student's weights in pieces, for the
+    other-domain checks on a CPU. The 100k arm gets the time left (`--max-seconds`); its report says where it
+    stopped if it did."""
+    from r3edge.distill.label.driver import merge_shards
+    from r3edge.distill.student.train import train_student
+
+    r = Run(args)
+    labels = r.work / "labels"
+    labels.mkdir(parents=True, exist_ok=True)
+    if args.committed:  # labels of earlier sessions, carried in the bundle
+        for d in sorted(Path(args.committed).iterdir()):
+            if (d / "manifest.json").is_file() and not (labels / d.name).exists():
+                shutil.copytree(d, labels / d.name)
+    merged = r.work / "labels-100k"
+    if not (merged / "manifest.json").is_file():
+        t0 = time.time()
+        merge_shards(r.pairs, [labels / f"shard-{i:02d}-of-{args.shards:02d}" for i in range(args.shards)], merged,
+                     stream=sys.stdout)
+        r.run["steps"]["merge"] = {"wall_s": round(time.time() - t0, 1)}
+        r.save()
+    r.run.setdefault("students", {})
+    for arm, src in (("6.7k", labels / "train"), ("100k", merged)):
+        out = r.work / f"student-{arm}"
+        if (out / "train_report.json").is_file():
+            continue
+        t0 = time.time()
+        train_student(src, args.config, out, eval_labels_dir=labels / "dev", max_steps=3 if args.smoke else None,
+                      max_seconds=max(30.0, r.left() - args.reserve_s - args.after_train_s))
+        rep = json.loads((out / "train_report.json").read_text())
+        ev = (rep.get("eval") or {}).get("student_vs_gold") or {}
+        r.run["students"][arm] = {"wall_s": round(time.time() - t0, 1), "steps": rep.get("steps"),
+                                  "stopped_by_time_at_step": rep.get("stopped_by_time_at_step"),
+                                  "seconds_per_step": rep.get("seconds_per_step"), "c_dev_ndcg@10": ev.get("ndcg@10")}
+        r.box.put(out / "train_report.json", f"student-{arm}.train_report.json")
+        split_folder(out, r.box, f"student-{arm}")
+        r.save()
+    r.save(final=True)
+    return 0
+
+
 def flush(args) -> int:
     r = Run(args)
     r.save(final=True)
@@ -371,6 +429,7 @@ def unpack(args) -> int:
     to = Path(args.to)
     (to / "labels").mkdir(parents=True, exist_ok=True)
     (to / "adapter").mkdir(parents=True, exist_ok=True)
+    (to / "students").mkdir(parents=True, exist_ok=True)
     for b in sorted(Path(args.files).glob("bundle-*.tar")):
         with tarfile.open(b) as t:
             for m in t.getmembers():
@@ -379,6 +438,8 @@ def unpack(args) -> int:
                     with tarfile.open(to / m.name) as inner:
                         inner.extractall(to / "labels", filter="data")
                     (to / m.name).unlink()
+                elif m.name.startswith("student-"):  # a student's report, sha256 and weights' pieces
+                    t.extract(m, to / "students", filter="data")
                 else:
                     t.extract(m, to / "adapter", filter="data")
     run = Path(args.files) / "run.json"
@@ -386,7 +447,8 @@ def unpack(args) -> int:
         call = json.loads(run.read_text())["calls"][-1]
         shutil.copyfile(run, to / f"run-{call['started'].replace(':', '')}-{call['cmd']}.json")
     print(f"unpacked into {to}: {sorted(p.name for p in (to / 'labels').iterdir())}; adapter: "
-          f"{sorted(p.name for p in (to / 'adapter').iterdir())}")
+          f"{sorted(p.name for p in (to / 'adapter').iterdir())}; students: "
+          f"{sorted(p.name for p in (to / 'students').iterdir())}")
     return 0
 
 
@@ -545,7 +607,7 @@ def judge_check(labels: Path, data: str, reference: Path | None) -> list[str]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
-    for name in ("cold-start", "label", "flush"):
+    for name in ("cold-start", "label", "students", "flush"):
         p = sub.add_parser(name)
         p.add_argument("--work", required=True, help="the machine's working folder (kept while the machine is held)")
         p.add_argument("--out", required=True, help="$OUT: what comes back")
@@ -570,6 +632,10 @@ def main() -> int:
                                 "check against the 0.490 judge) and C train (the same judge's 6.7k labels)")
         if name == "label":
             p.add_argument("--adapter", required=True, help="folder with adapter.tar.NN, adapter.sha256, sft_report.json")
+        if name == "students":
+            p.add_argument("--committed", help="labels folders of earlier sessions (dev, train, shard-*), carried")
+            p.add_argument("--config", default=MINILM_CONFIG)
+            p.add_argument("--after-train-s", type=float, default=40.0, help="kept for the C dev eval and the pieces")
     p = sub.add_parser("unpack")
     p.add_argument("--files", required=True, help="the reply's files_at")
     p.add_argument("--to", required=True)
@@ -592,8 +658,9 @@ def main() -> int:
     p.add_argument("--data", help="../shared/data/semeval2016-cqa: C dev's gold labels, for the judge's check")
     p.add_argument("--reference", help="a reference judge's labels folder (dev/, train/) to set beside this one")
     args = ap.parse_args()
-    return {"cold-start": cold_start, "label": label, "flush": flush, "unpack": unpack, "verify": verify, "compare": compare,
-            "report": report}[args.cmd](args)
+    steps = {"cold-start": cold_start, "label": label, "students": students, "flush": flush, "unpack": unpack,
+             "verify": verify, "compare": compare, "report": report}
+    return steps[args.cmd](args)
 
 
 if __name__ == "__main__":

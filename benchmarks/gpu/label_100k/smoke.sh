@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # The whole sequence HERE on the CPU with the random 2-layer Qwen2 and 50 of the 100k pairs: session 1 (cold start,
 # C dev and C train cut to 50 pairs, 2 of 4 shards), unpack, session 2 on a fresh "machine" (the same path, emptied:
-# the adapter carried, the 2 shards left), unpack, merge, report; then the 1.5B student's call on a fresh "machine". Writes benchmarks/gpu/label_100k/smoke/: a proof that
+# the adapter carried, the 2 shards left, then the MiniLM arms), unpack, merge, report; then the 1.5B student's call on a fresh "machine". Writes benchmarks/gpu/label_100k/smoke/: a proof that
 # the scripts run, not a result.
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 PY=${PY:-.venv/bin/python}
 R3=/tmp/r3l-smoke HOME_DIR=/tmp/r3l-smoke-home SM=benchmarks/gpu/label_100k/smoke
-rm -rf "$R3" "$HOME_DIR" "$SM"/run-*.json && mkdir -p "$SM"
+rm -rf "$R3" "$R3"-out* "$HOME_DIR" "$SM"/run-*.json && mkdir -p "$SM"
 SMOKE=1 benchmarks/gpu/label_100k/prepare.sh > /dev/null 2>&1
 SMOKE=1 R3_SMOKE=$R3 SMOKE_OUT=$R3-out1 SMOKE_ARGS="--shards 4 --max-shards 2" bash benchmarks/gpu/label_100k/run.sh cold-start > "$SM/session1.log" 2>&1
 "$PY" benchmarks/gpu/label_100k/label_100k.py unpack --files $R3-out1 --to "$HOME_DIR"
@@ -17,6 +17,9 @@ SMOKE=1 ADAPTER=$HOME_DIR/adapter LABELS=$HOME_DIR/labels benchmarks/gpu/label_1
 cp benchmarks/gpu/label_100k/carry/plan.txt "$SM/plan-session2.txt"
 SMOKE=1 R3_SMOKE=$R3 SMOKE_OUT=$R3-out2 SMOKE_ARGS="--shards 4" bash benchmarks/gpu/label_100k/run.sh label > "$SM/session2.log" 2>&1
 "$PY" benchmarks/gpu/label_100k/label_100k.py unpack --files $R3-out2 --to "$HOME_DIR"
+# the same "machine": the MiniLM arms (3 steps each here) on the merged labels and C train
+SMOKE=1 R3_SMOKE=$R3 SMOKE_OUT=$R3-out2b SMOKE_ARGS="--shards 4" bash benchmarks/gpu/label_100k/run.sh students > "$SM/session2-students.log" 2>&1
+"$PY" benchmarks/gpu/label_100k/label_100k.py unpack --files $R3-out2b --to "$HOME_DIR"
 "$PY" -m r3edge label "$HOME_DIR/pairs-100k.jsonl" --merge "$HOME_DIR"/labels/shard-*-of-04 --out "$HOME_DIR/labels-100k" 2>&1 | tail -3 | tee "$SM/merge.log"
 "$PY" benchmarks/gpu/label_100k/label_100k.py report --labels "$HOME_DIR/labels" --out "$SM/report.md" > /dev/null
 cp "$HOME_DIR"/run-*.json "$SM/"
