@@ -338,6 +338,23 @@ def split_folder(folder: Path, box: Outbox, name: str) -> None:
     box.put(folder.parent / f"{name}.sha256")
 
 
+def join_folder(pieces: Path, name: str, to: Path) -> Path:
+    """`split_folder`'s inverse: NAME.tar.NN in ``pieces`` joined, checked against NAME.sha256, unpacked as to/NAME."""
+    parts = sorted(pieces.glob(f"{name}.tar.[0-9][0-9]"))
+    to.mkdir(parents=True, exist_ok=True)
+    tar = to / f"{name}.tar"
+    with tar.open("wb") as fh:
+        for p in parts:
+            fh.write(p.read_bytes())
+    want = (pieces / f"{name}.sha256").read_text().split()[0]
+    if _sha256(tar) != want:
+        raise SystemExit(f"{name}.tar sha256 {_sha256(tar)} != {want}: {len(parts)} pieces in {pieces}; bring all")
+    with tarfile.open(tar) as t:
+        t.extractall(to, filter="data")
+    tar.unlink()
+    return to / name
+
+
 def label(args) -> int:
     """The judge from the carried adapter pieces (once per machine), then the shards not yet done."""
     from r3edge.distill.teacher.sft import REPORT_FILE
@@ -350,18 +367,9 @@ def label(args) -> int:
     judge = r.work / "judge"
     if not (judge / REPORT_FILE).is_file():
         t0 = time.time()
-        pieces = sorted(Path(args.adapter).glob("adapter.tar.[0-9][0-9]"))
-        tar = r.work / "adapter.tar"
-        with tar.open("wb") as fh:
-            for p in pieces:
-                fh.write(p.read_bytes())
-        want = (Path(args.adapter) / "adapter.sha256").read_text().split()[0]
-        if _sha256(tar) != want:
-            raise SystemExit(f"adapter.tar sha256 {_sha256(tar)} != {want}: {len(pieces)} pieces carried; carry all")
-        with tarfile.open(tar) as t:
-            t.extractall(r.work / "carried", filter="data")
+        carried = join_folder(Path(args.adapter), "adapter", r.work / "carried")
         report = json.loads((Path(args.adapter) / REPORT_FILE).read_text())
-        rebuild_judge(sft_config(args.smoke), r.work / "carried" / "adapter", judge, report)
+        rebuild_judge(sft_config(args.smoke), carried, judge, report)
         r.run["steps"]["rebuild_judge"] = {"wall_s": round(time.time() - t0, 1), "judge_sha256": weights_sha256(judge)}
         r.save()
     r.shards(judge)
@@ -493,18 +501,12 @@ def verify(args) -> int:
     import torch
 
     from r3edge.core.labels import read_labels
-    from r3edge.core.pairs import read_queries, write_queries
+    from r3edge.core.pairs import write_queries
+    from r3edge.distill.data.datasets import sample_queries, semeval_queries
+    from r3edge.distill.label.driver import label_pairs
 
     adapter, work = Path(args.adapter), Path(args.work)
-    tar = work / "adapter.tar"
-    work.mkdir(parents=True, exist_ok=True)
-    tar.write_bytes(b"".join(p.read_bytes() for p in sorted(adapter.glob("adapter.tar.[0-9][0-9]"))))
-    want = (adapter / "adapter.sha256").read_text().split()[0]
-    if _sha256(tar) != want:
-        raise SystemExit(f"adapter.tar sha256 {_sha256(tar)} != {want}: a piece is missing or changed")
-    with tarfile.open(tar) as t:
-        t.extractall(work, filter="data")
-    carried = work / "adapter"
+    carried = join_folder(adapter, "adapter", work)
     if args.jitter:
         from safetensors.torch import load_file, save_file
 
@@ -523,7 +525,8 @@ def verify(args) -> int:
     ref = Path(args.labels)
     rows = {(r["qid"], r["docid"]): r for r in read_labels(ref).to_pylist()}
     qs, n = [], 0
-    for q in read_queries(args.pairs_file):
+    # C dev in the order the labelled fid/dev.jsonl holds it (write_fidelity_pairs: every question, seed 0)
+    for q in sample_queries(semeval_queries(args.data, "C", "dev"), None, 0):
         q.candidates = [c for c in q.candidates if (q.qid, c.docid) in rows][: args.pairs - n]
         if q.candidates:
             qs.append(q)
@@ -533,10 +536,9 @@ def verify(args) -> int:
     write_queries(work / "pairs.jsonl", qs)
     t0 = time.time()
     label_pairs_out = work / ("labels-jitter" if args.jitter else "labels")
-    from r3edge.distill.label.driver import label_pairs
-
     label_pairs(work / "pairs.jsonl", sft_config(False).teacher, label_pairs_out, teacher_model=judge,
                 batch_size=args.batch_size, shard_size=args.batch_size, overwrite=True, stream=sys.stdout)
+    want = (adapter / "adapter.sha256").read_text().split()[0]  # join_folder checked it
     result = {"adapter_sha256": want, "jitter_seed": args.jitter or None, **compare_labels(label_pairs_out, ref),
               "rebuild_s": round(rebuilt_s, 1), "label_s": round(time.time() - t0, 1),
               "judge_sha256": weights_sha256(judge), "torch": torch.__version__,
@@ -596,8 +598,8 @@ def judge_check(labels: Path, data: str, reference: Path | None) -> list[str]:
         lines.append("")
         for split in ("dev", "train"):
             if (labels / split).is_dir() and (reference / split).is_dir():
-                a, b = ({(r["qid"], r["docid"]): r["score"] for r in read_labels(d / split).to_pylist()}
-                        for d in (labels, reference))
+                a, b = ({(r["qid"], r["docid"]): r["score"] for r in read_labels(judge / split).to_pylist()}
+                        for judge in (labels, reference))
                 same = sum(a[k] == b.get(k) for k in a)
                 lines.append(f"- The two judges give the same label to {same:,} of {len(a):,} C {split} pairs "
                              f"({same / len(a):.1%}).")
@@ -642,7 +644,7 @@ def main() -> int:
     p = sub.add_parser("verify")
     p.add_argument("--adapter", required=True, help="a committed adapter folder (adapter.tar.NN, adapter.sha256, ...)")
     p.add_argument("--labels", required=True, help="the committed labels that judge gave (e.g. labels/dev)")
-    p.add_argument("--pairs-file", required=True, help="the pairs those labels are of (prepare.sh's fid/dev.jsonl)")
+    p.add_argument("--data", required=True, help="../shared/data/semeval2016-cqa: C dev, the pairs those labels are of")
     p.add_argument("--pairs", type=int, default=64, help="how many to relabel (a 2-core CPU: ~1-4 s a pair)")
     p.add_argument("--work", required=True)
     p.add_argument("--jitter", type=int, default=0, help="a seed: move each adapter value by < half its int8 step")
