@@ -155,10 +155,16 @@ def test_a_second_run_on_the_same_directory_is_refused_at_once(sample_pairs_file
     assert not shard_paths(out)  # nothing interleaved
 
 
-def test_shards_merge_only_when_complete_and_disjoint(sample_pairs_file, tmp_path, capsys):
+@pytest.fixture(scope="module")
+def two_shards(sample_pairs_file, tmp_path_factory):
+    out = tmp_path_factory.mktemp("shards")
+    return [label_pairs(sample_pairs_file, TINY_TEACHER, out / f"s{i}", shard=f"{i}/2") for i in range(2)]
+
+
+def test_shards_merge_only_when_complete_and_disjoint(sample_pairs_file, two_shards, tmp_path, capsys):
     from r3edge.distill.label.driver import merge_shards
 
-    dirs = [label_pairs(sample_pairs_file, TINY_TEACHER, tmp_path / f"s{i}", shard=f"{i}/2") for i in range(2)]
+    dirs = two_shards
     with pytest.raises(R3EdgeError, match="not exactly 0/2"):
         merge_shards(sample_pairs_file, dirs[:1], tmp_path / "one")
     with pytest.raises(R3EdgeError, match="not exactly 0/2"):
@@ -168,6 +174,29 @@ def test_shards_merge_only_when_complete_and_disjoint(sample_pairs_file, tmp_pat
     assert sorted(keys) == sorted(ALL_PAIRS) and len(keys) == len(set(keys))
     m = read_manifest(merged)
     assert m["complete"] and m["merged_from"] == ["0/2", "1/2"] and m["summary"]["pairs"] == len(ALL_PAIRS)
+
+
+def test_the_shards_done_so_far_are_read_as_one_set_of_one_teacher(two_shards, tmp_path):
+    """`r3edge train` on shards before `--merge`: their union, each pair once, refused across teachers."""
+    import shutil
+
+    from r3edge.core.labels import read_labels_union, write_manifest
+
+    table, m = read_labels_union(two_shards)
+    keys = list(zip(table.column("qid").to_pylist(), table.column("docid").to_pylist()))
+    assert sorted(keys) == sorted(ALL_PAIRS) and m["n_pairs"] == len(ALL_PAIRS) and m["complete"]
+    assert m["shard"] == ["0/2", "1/2"] and m["union_of"] == [str(d) for d in two_shards]
+    assert m["teacher"] == "r3a-tiny" and "summary" not in m  # the first shard's summary is not the union's
+    one, m1 = read_labels_union(two_shards[:1])
+    assert m1 == read_manifest(two_shards[0]) and one.num_rows == m1["n_pairs"] < len(ALL_PAIRS)
+    with pytest.raises(R3EdgeError, match="labels pairs that an earlier directory") as err:
+        read_labels_union([two_shards[0], two_shards[1], two_shards[0]])
+    assert "once" in err.value.fix
+    other = tmp_path / "other-teacher"
+    shutil.copytree(two_shards[1], other)
+    write_manifest(other, {**read_manifest(other), "prompt_hash": "0" * 64})
+    with pytest.raises(R3EdgeError, match=r"another teacher .*\(prompt_hash differ\)"):
+        read_labels_union([two_shards[0], other])
 
 
 def test_rank1_labels_are_p_true_on_the_two_ends_of_the_scale(sample_pairs_file, tmp_path):

@@ -23,10 +23,11 @@ def teacher_probs(gold: int) -> list[float]:
     return p
 
 
-def write_labels(directory: Path, *, complete: bool = True, gold: bool = True, probs=teacher_probs) -> Path:
+def write_labels(directory: Path, *, complete: bool = True, gold: bool = True, probs=teacher_probs,
+                 queries=SAMPLE_QUERIES) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
     records = []
-    for q in SAMPLE_QUERIES:
+    for q in queries:
         for c in q["candidates"]:
             records.append(dict(
                 qid=q["qid"], docid=c["docid"], query=q["query"], text=c["text"],
@@ -127,6 +128,23 @@ def test_drop_unformatted_trains_on_format_ok_only(labels_dir, tmp_path):
     assert report["n_examples"] == {"total": 7, "format_ok": 6, "no_teacher_distribution": 0, "trained_on": 6,
                                     "eval_split": 0}
     assert not (tmp_path / "s.partial").exists()
+
+
+def test_several_labels_directories_train_one_student_on_all_their_pairs(tmp_path, capsys):
+    """`r3edge train A B`: the shards of a labelling run done so far, trained on as one set."""
+    from r3edge.cli import main
+
+    halves = [write_labels(tmp_path / f"half{i}", queries=SAMPLE_QUERIES[i::2]) for i in range(2)]
+    sizes = [sum(len(q["candidates"]) for q in SAMPLE_QUERIES[i::2]) for i in range(2)]
+    assert main(["train", *map(str, halves), "--student", str(TINY_STUDENT), "--out", str(tmp_path / "s"),
+                 "--max-steps", "1"]) == 0
+    report = json.loads((tmp_path / "s" / "train_report.json").read_text())
+    assert report["n_examples"]["total"] == sum(sizes) == 7 and min(sizes) > 0
+    assert report["labels_dir"] == [str(h) for h in halves] and report["labels"]["n_pairs"] == 7
+    assert main(["train", str(halves[0]), str(halves[0]), "--student", str(TINY_STUDENT),
+                 "--out", str(tmp_path / "t")]) == 2
+    assert "labels pairs that an earlier directory" in capsys.readouterr().err
+    assert not (tmp_path / "t").exists()
 
 
 def test_incomplete_labels_are_refused_with_a_fix(tmp_path):

@@ -35,15 +35,12 @@ import numpy as np
 
 from r3edge.core.config import TeacherConfig, load_yaml
 from r3edge.core.errors import Conflict, ErrorKind, InvalidInput, R3EdgeError
-from r3edge.core.labels import read_labels, read_manifest, shard_paths, write_manifest, write_shard
+from r3edge.core.labels import MEANING_KEYS, read_labels, read_manifest, shard_paths, write_manifest, write_shard
 from r3edge.core.pairs import Candidate, QueryCandidates, read_queries
 from r3edge.distill.label.judges import PairContext, prefill_only
 
 # Manifest fields that define what the labels mean; any difference on resume is a different run.
-IDENTITY_KEYS = (
-    "judge", "teacher", "teacher_model", "teacher_config_sha256", "prompt_hash",
-    "pairs_sha256", "shard", "limit", "n_pairs",
-)
+IDENTITY_KEYS = (*MEANING_KEYS, "pairs_sha256", "shard", "limit", "n_pairs")
 LOCK_FILE = ".lock"
 
 

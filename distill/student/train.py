@@ -21,6 +21,7 @@ import math
 import platform
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,7 +33,7 @@ from transformers import TrainerCallback, set_seed
 
 from r3edge.core.config import StudentConfig, TrainParams, load_yaml
 from r3edge.core.errors import InvalidInput
-from r3edge.core.labels import read_labels, read_manifest
+from r3edge.core.labels import read_labels, read_labels_union
 from r3edge.core.progress import Progress
 from r3edge.core.scoring import Encoded, Scorer
 from r3edge.distill.hf_trainer import (
@@ -348,7 +349,7 @@ def _provenance(manifest: dict, table) -> dict:
 
 
 def train_student(
-    labels_dir: str | Path,
+    labels_dir: str | Path | Sequence[str | Path],
     student_config_path: str | Path,
     out_dir: str | Path,
     *,
@@ -361,12 +362,16 @@ def train_student(
 ) -> Path:
     """Train a student on a complete labels directory and save it (weights + scorer.json + report).
 
+    ``labels_dir`` may also be several complete directories of one teacher (the shards of a labelling run
+    done so far), read by :func:`r3edge.core.labels.read_labels_union`: checked disjoint, trained on as one set.
+
     ``drop_unformatted`` keeps only records whose teacher output was well formed; by default all
     are kept, because the forced score read-out is still the teacher's distribution. ``max_seconds``
     overrides the config's ``train.max_seconds`` for this sitting. ``checkpoints``: a directory for
     resumable checkpoints (:mod:`r3edge.distill.student.checkpoints`); ``resume`` goes on from its latest.
     """
-    labels_dir = Path(labels_dir)
+    labels_dirs = [Path(labels_dir)] if isinstance(labels_dir, (str, Path)) else [Path(d) for d in labels_dir]
+    labels_dir = labels_dirs[0] if len(labels_dirs) == 1 else Path("+".join(str(d) for d in labels_dirs))
     config = load_yaml(student_config_path, StudentConfig)
     if max_steps is not None and max_steps <= 0:
         raise InvalidInput(f"--max-steps {max_steps} is not positive", "pass a positive number of steps or omit it")
@@ -380,8 +385,7 @@ def train_student(
         raise InvalidInput(f"--checkpoints with train.eval_fraction {tp.eval_fraction}: the best epoch's weights are kept "
                            "in memory, so a resumed run could not return to them",
                            "set train.eval_fraction: 0 for a resumable run, or train without --checkpoints")
-    table = read_labels(labels_dir)  # refuses an unfinished labelling run
-    manifest = read_manifest(labels_dir)
+    table, manifest = read_labels_union(labels_dirs)  # refuses an unfinished labelling run
     if eval_labels_dir is not None:
         read_labels(eval_labels_dir, columns=["qid"])  # fail now, not after training, if the held-out set is unusable
     table, counts = _trainable_records(table, labels_dir, drop_unformatted)
@@ -413,7 +417,7 @@ def train_student(
     report = {
         "config_path": str(student_config_path),
         "config": config.model_dump(mode="json"),
-        "labels_dir": str(labels_dir),
+        "labels_dir": str(labels_dir) if len(labels_dirs) == 1 else [str(d) for d in labels_dirs],
         "labels": _provenance(manifest, table),
         "n_examples": {**counts, "trained_on": len(dataset), "eval_split": len(eval_set) if eval_set is not None else 0},
         **({"cosine_head_fit": head_fit} if head_fit is not None else {}),

@@ -1,6 +1,7 @@
 """Distil teacher labels into a student: KL(teacher ‖ student) on the label-token logits only.
 
-Reads a complete labels directory (an unfinished `r3edge label` run is refused), creates the student
+Reads a complete labels directory, or several of one teacher (an unfinished `r3edge label` run is
+refused; several are checked disjoint: the shards of a `--shard i/n` run done so far), creates the student
 from its config (pretrained weights or a random init), fixes its scorer.json, trains with the
 transformers Trainer and writes weights + scorer.json + tokenizer.json + train_report.json.
 
@@ -16,7 +17,9 @@ from __future__ import annotations
 
 
 def configure(parser):
-    parser.add_argument("labels_dir", metavar="LABELS_DIR", help="labels directory written by `r3edge label`")
+    parser.add_argument("labels_dir", metavar="LABELS_DIR", nargs="+",
+                        help="labels directory written by `r3edge label`; several (the shards of one labelling run "
+                             "done so far) are trained on as one set, refused unless they are one teacher's and disjoint")
     parser.add_argument("--student", required=True, metavar="CONFIG",
                         help="student config: a shipped name (smollm2-demo, qwen2.5-1.5b, ...) or a YAML path")
     parser.add_argument("--out", required=True, metavar="DIR",

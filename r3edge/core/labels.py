@@ -26,6 +26,9 @@ from r3edge.core.errors import Conflict, FormatError, InvalidInput, NotFound, ch
 from r3edge.core.fileio import atomic_write_text
 
 MANIFEST = "manifest.json"
+#: Manifest fields that say what a label means (which judge, weights, config and prompt made it). Labels that
+#: differ in any of them are not one teacher's and are never merged or trained on together.
+MEANING_KEYS = ("judge", "teacher", "teacher_model", "teacher_config_sha256", "prompt_hash")
 #: Written into every labels manifest; readers refuse any other value.
 LABELS_FORMAT = "r3edge-labels/1"
 
@@ -124,3 +127,39 @@ def read_labels(directory: str | Path, allow_partial: bool = False, columns: lis
             "a shard was lost or added by hand; re-run `r3edge label ... --overwrite`",
         )
     return table
+
+
+def read_labels_union(directories: list[str | Path]) -> tuple[pa.Table, dict]:
+    """The records of several complete labels directories of one teacher, and a manifest for them all.
+
+    Why: a long labelling run is split into ``--shard i/n`` directories, and a student may learn from
+    the shards done so far (or from a run's shards plus another pairs file's labels) without waiting for
+    ``r3edge label --merge``, which proves a whole pairs file covered. Refused unless every directory is
+    complete, all have the same :data:`MEANING_KEYS`, and no (qid, docid) pair is labelled twice. One
+    directory is returned as :func:`read_labels` reads it, with its own manifest.
+    """
+    if not directories:
+        raise InvalidInput("no labels directory given", "pass at least one directory written by `r3edge label`")
+    tables = [read_labels(d) for d in directories]
+    manifests = [read_manifest(d) for d in directories]
+    if len(directories) == 1:
+        return tables[0], manifests[0]
+    for d, m in zip(directories[1:], manifests[1:]):
+        diff = [k for k in MEANING_KEYS if m.get(k) != manifests[0].get(k)]
+        if diff:
+            raise InvalidInput(f"{d} was labelled by another teacher than {directories[0]} ({', '.join(diff)} differ)",
+                               "train on the labels of one teacher, or relabel with the same teacher config")
+    seen: set[tuple[str, str]] = set()
+    for d, t in zip(directories, tables):
+        keys = set(zip(t.column("qid").to_pylist(), t.column("docid").to_pylist()))
+        dup = seen & keys
+        if dup or len(keys) != t.num_rows:
+            raise InvalidInput(f"{d} labels pairs that an earlier directory (or itself) labels too, e.g. {sorted(dup)[:3]}",
+                               "pass each labelled pair once: the shards of one `r3edge label --shard i/n` run are disjoint")
+        seen |= keys
+    shas = list(dict.fromkeys(m.get("pairs_sha256") for m in manifests))
+    manifest = {**{k: manifests[0][k] for k in manifests[0] if k not in ("summary", "merged_from")},
+                "pairs_sha256": shas[0] if len(shas) == 1 else shas, "shard": [m.get("shard") for m in manifests],
+                "n_pairs": len(seen), "n_done": len(seen), "complete": True,
+                "union_of": [str(d) for d in directories]}
+    return pa.concat_tables(tables), manifest
