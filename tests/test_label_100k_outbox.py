@@ -70,3 +70,22 @@ def test_pieces_wait_for_the_calls_end_and_labels_and_reports_go_first(mod, tmp_
     assert sorted(_shipped(out)) == ["labels-dev.tar", "student-100k.sha256", "student-100k.train_report.json"]
     assert box.ship(final=True) == []
     assert _shipped(out)[3:] == pieces
+
+
+def test_a_calls_budget_ends_labelling_even_through_code_that_catches_exception(mod):
+    """`_deadline` stops `Run.label` at the call's budget; library code on the way (model loading) that catches
+    `Exception` must not swallow it, or the call runs past its limit and ships nothing."""
+    import time
+
+    t0, caught_inside = time.monotonic(), 0
+    with pytest.raises(mod._OutOfTime):
+        with mod._deadline(1.0):
+            while time.monotonic() - t0 < 10:
+                try:
+                    time.sleep(0.05)
+                except Exception:  # what a library may do around a step
+                    caught_inside += 1
+    assert caught_inside == 0 and time.monotonic() - t0 < 5
+    with mod._deadline(None):  # no budget: nothing is armed
+        time.sleep(1.2)
+    time.sleep(1.2)  # and nothing fires after a block has ended

@@ -15,7 +15,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "benchmarks" / "gpu" / "label_100k" / "student_1p5b.py"
-LABELS = ROOT / "benchmarks" / "results" / "judge-qwen-coder-cold-start-lora-h100" / "labels"
+LABELS = ROOT / "benchmarks" / "results" / "label-100k-h200" / "labels"
 
 pytestmark = pytest.mark.slow
 

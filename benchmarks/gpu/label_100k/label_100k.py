@@ -4,7 +4,9 @@ label the 100k-pair set (`r3edge pairs --semeval`) in shards, each finished shar
 
 Subcommands (README.md gives the device calls in order):
 
-    cold-start (there)  teacher_sft, keeping the LoRA adapter (int8) before the merge; C dev; then shards
+    cold-start (there)  teacher_sft, keeping the LoRA adapter (int8) before the merge; C dev; then shards. With
+                        `--sft r3a-qwen-coder-1.5b-cqa-gpu --shards 0` the R3A judge for issue 47's second label
+                        source: a 5,000-pair subset (`R3A=1 run.sh cold-start`; again on the same machine, it goes on)
     label      (there)  rebuild the same judge from the base and the carried adapter; shards not yet done
     students   (there)  after the last shard: merge the 100k labels, train the MiniLM arms (6.7k and 100k)
     flush      (there)  ship what is left in the outbox (a call's $OUT holds at most 8 files, 64 MiB)
@@ -35,6 +37,7 @@ import hashlib
 import json
 import os
 import shutil
+import signal
 import sys
 import tarfile
 import time
@@ -195,13 +198,13 @@ def weights_sha256(model_dir: Path) -> str:
     return hashlib.sha256("".join(_sha256(f) for f in files).encode()).hexdigest()
 
 
-def sft_config(smoke: bool):
+def sft_config(smoke: bool, name: str = SFT_CONFIG):
     from judge_qwen_coder_gpu import SMOKE_MODEL
 
     from r3edge.core.config import ModelSpec
     from r3edge.distill.teacher.sft import load_sft_config
 
-    sft = load_sft_config(SFT_CONFIG)
+    sft = load_sft_config(name)
     if smoke:  # the judge script's random 2-layer Qwen2, a few traces and steps
         sft = sft.model_copy(update={"model": ModelSpec(**SMOKE_MODEL),
                                      "traces": sft.traces.model_copy(update={"per_label_cap": 8})})
@@ -253,16 +256,42 @@ class Run:
         print(json.dumps({"elapsed_s": self.run["calls"][-1]["elapsed_s"], "waiting": len(self.run["waiting"])}),
               flush=True)
 
-    def label(self, pairs: Path, out: Path, judge: Path, *, shard: str = "0/1", limit: int | None = None) -> dict:
+    def label(self, pairs: Path, out: Path, judge: Path, *, shard: str = "0/1", limit: int | None = None,
+              until_s: float | None = None) -> dict:
+        """``until_s``: stop after that many seconds (the call's budget), keeping the chunks written: label_pairs
+        resumes from them in a later call on this machine."""
         from r3edge.core.labels import read_manifest
         from r3edge.distill.label.driver import label_pairs
 
         t0 = time.time()
-        label_pairs(pairs, sft_config(self.args.smoke).teacher, out, shard=shard, limit=limit, teacher_model=judge,
-                    batch_size=self.args.batch_size, shard_size=self.args.chunk, stream=sys.stdout)
+        try:
+            with _deadline(until_s):
+                label_pairs(pairs, sft_config(self.args.smoke, self.args.sft).teacher, out, shard=shard, limit=limit,
+                            teacher_model=judge, batch_size=self.args.batch_size, shard_size=self.args.chunk,
+                            stream=sys.stdout)
+        except _OutOfTime:
+            print(f"{out.name}: stopped at the call's budget; the next call on this machine goes on", flush=True)
         man = read_manifest(out)
         return {"pairs": man.get("n_done"), "complete": man.get("complete"), "wall_s": round(time.time() - t0, 1),
                 "labelling_s": man.get("summary", {}).get("wall_s")}
+
+    def also(self, judge: Path) -> None:
+        """The ``--also`` pairs files, each into labels/<stem> with the judge's SFT report, within the call's budget."""
+        from r3edge.distill.teacher.sft import REPORT_FILE
+
+        for pairs in map(Path, self.args.also):
+            step = f"label_{pairs.stem}"
+            if (self.run["steps"].get(step) or {}).get("complete"):
+                continue
+            got = self.label(pairs, self.work / "labels" / pairs.stem, judge,
+                             limit=SMOKE_PAIRS if self.args.smoke else None, until_s=self.left() - self.args.reserve_s)
+            self.run["steps"][step] = got
+            if got["complete"]:
+                shutil.copyfile(judge / REPORT_FILE, self.work / "labels" / pairs.stem / REPORT_FILE)
+                self.box.put_tar(self.work / "labels" / pairs.stem, f"labels-{pairs.stem}.tar")
+            self.save()
+            if not got["complete"]:
+                break
 
     def shards(self, judge: Path) -> None:
         """Every shard not yet complete, while the budget lasts (a shard is started only with its time left)."""
@@ -293,7 +322,32 @@ class Run:
         return Path(self.args.pairs)
 
 
+class _OutOfTime(BaseException):
+    """A BaseException, as KeyboardInterrupt is, so that no ``except Exception`` on the way swallows it."""
+
+
+@contextmanager
+def _deadline(seconds: float | None):
+    """Raise :class:`_OutOfTime` in this (main) thread after ``seconds``, and again each second until the block has
+    ended; None: no limit."""
+    if seconds is None:
+        yield
+        return
+
+    def _raise(*_):
+        raise _OutOfTime
+
+    old = signal.signal(signal.SIGALRM, _raise)
+    signal.setitimer(signal.ITIMER_REAL, max(1.0, seconds), 1.0)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+
+
 def cold_start(args) -> int:
+    """The cold start (skipped when an earlier call on this machine finished it), the ``--also`` files, the shards."""
     from r3edge.distill.teacher.sft import REPORT_FILE, teacher_sft
 
     r = Run(args)
@@ -301,22 +355,18 @@ def cold_start(args) -> int:
         from judge_qwen_coder_gpu import _stand_in_packages
 
         _stand_in_packages(Path(args.gguf_dir), Path(args.stubs))
-    sft = sft_config(args.smoke)
     judge, adapter = r.work / "judge", r.work / "adapter"
-    t0 = time.time()
-    with keep_adapter(adapter):
-        teacher_sft(sft, judge, gold=Path(args.gold), max_steps=3 if args.smoke else None,
-                    log=lambda *a: print(*a, flush=True))
-    r.run["steps"]["cold_start"] = {"wall_s": round(time.time() - t0, 1), "judge_sha256": weights_sha256(judge)}
-    r.box.put(judge / REPORT_FILE)
-    split_folder(adapter, r.box, "adapter")
-    r.save()
-    for pairs in map(Path, args.also):  # C dev (the judge's check) and C train (the 6.7k-label student's labels)
-        got = r.label(pairs, r.work / "labels" / pairs.stem, judge, limit=SMOKE_PAIRS if args.smoke else None)
-        r.run["steps"][f"label_{pairs.stem}"] = got
-        shutil.copyfile(judge / REPORT_FILE, r.work / "labels" / pairs.stem / REPORT_FILE)
-        r.box.put_tar(r.work / "labels" / pairs.stem, f"labels-{pairs.stem}.tar")
+    if "cold_start" not in r.run["steps"]:
+        t0 = time.time()
+        with keep_adapter(adapter):
+            teacher_sft(sft_config(args.smoke, args.sft), judge, gold=Path(args.gold),
+                        max_steps=3 if args.smoke else None, log=lambda *a: print(*a, flush=True))
+        r.run["steps"]["cold_start"] = {"wall_s": round(time.time() - t0, 1), "judge_sha256": weights_sha256(judge),
+                                        "sft": args.sft}
+        r.box.put(judge / REPORT_FILE)
+        split_folder(adapter, r.box, "adapter")
         r.save()
+    r.also(judge)  # C dev (the judge's check) and C train (the 6.7k-label student's labels), or R3A's subset
     r.shards(judge)
     r.save(final=True)
     return 0
@@ -369,7 +419,7 @@ def label(args) -> int:
         t0 = time.time()
         carried = join_folder(Path(args.adapter), "adapter", r.work / "carried")
         report = json.loads((Path(args.adapter) / REPORT_FILE).read_text())
-        rebuild_judge(sft_config(args.smoke), carried, judge, report)
+        rebuild_judge(sft_config(args.smoke, args.sft), carried, judge, report)
         r.run["steps"]["rebuild_judge"] = {"wall_s": round(time.time() - t0, 1), "judge_sha256": weights_sha256(judge)}
         r.save()
     r.shards(judge)
@@ -627,6 +677,7 @@ def main() -> int:
         p.add_argument("--batch-size", type=int, default=128, help="pairs per forward pass (the 0.490 run's 128)")
         p.add_argument("--chunk", type=int, default=512, help="pairs per written label chunk (label_pairs' shard_size)")
         p.add_argument("--smoke", action="store_true", help="random 2-layer Qwen2 on this machine, 50 pairs")
+        p.add_argument("--sft", default=SFT_CONFIG, help="the judge's cold-start config (configs/sft/)")
         if name == "cold-start":
             p.add_argument("--gold", required=True, help="the cold start's gold pairs (every A and C train question)")
             p.add_argument("--also", nargs="*", default=[], metavar="PAIRS",

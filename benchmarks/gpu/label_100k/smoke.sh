@@ -40,3 +40,12 @@ cp benchmarks/gpu/label_100k/carry/plan.txt "$SM/plan-student.txt"
 SMOKE=1 R3_SMOKE=$R3 SMOKE_OUT=$R3-out3 SMOKE_ARGS="--n-requests 3 --load-requests 4" bash benchmarks/gpu/label_100k/run.sh student > "$SM/session3-student.log" 2>&1
 mkdir -p "$SM/student" && cp $R3-out3/results.json $R3-out3/report.md "$SM/student/"
 sed -i -e 's/\r/\n/g' "$SM"/session*.log && sed -i -e '/^Loading weights\|it\/s\]$/d' "$SM"/session*.log
+# issue 47's second label source (R3A=1), on a fresh "machine": the first call is cut by its budget during the labels
+# (at once here), the second skips the finished cold start and finishes them
+rm -rf "$R3" "$SM/r3a" && mkdir -p "$SM/r3a"
+SMOKE=1 R3A=1 benchmarks/gpu/label_100k/prepare.sh > /dev/null 2>&1
+cp benchmarks/gpu/label_100k/carry/plan.txt "$SM/r3a/plan.txt"
+SMOKE=1 R3A=1 R3_SMOKE=$R3 SMOKE_OUT=$R3-out4 BUDGET_S=45 SMOKE_ARGS="--reserve-s 5" bash benchmarks/gpu/label_100k/run.sh cold-start > "$SM/r3a/call1.log" 2>&1
+SMOKE=1 R3A=1 R3_SMOKE=$R3 SMOKE_OUT=$R3-out5 SMOKE_ARGS="--chunk 16" bash benchmarks/gpu/label_100k/run.sh cold-start > "$SM/r3a/call2.log" 2>&1
+cp $R3-out4/run.json "$SM/r3a/run-call1.json" && cp $R3-out5/run.json "$SM/r3a/run-call2.json"
+sed -i -e 's/\r/\n/g' "$SM"/r3a/call*.log && sed -i -e '/^Loading weights\|it\/s\]$/d' "$SM"/r3a/call*.log
