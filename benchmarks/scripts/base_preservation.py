@@ -30,7 +30,7 @@ from pathlib import Path
 
 from r3edge.benchmarks.machine import machine_info
 from r3edge.benchmarks.systems import baselines, scored_floor
-from r3edge.core.labels import read_labels, write_manifest, write_shard
+from r3edge.core.labels import read_labels_union, write_manifest, write_shard
 from r3edge.core.pairs import QueryCandidates
 from r3edge.core.scoring import DEFAULT_OVERFLOW, OVERFLOW
 from r3edge.distill.data.datasets import sample_queries, semeval_queries
@@ -70,7 +70,9 @@ def main() -> None:
     ap.add_argument("--c-dev-queries", type=int, default=20)
     ap.add_argument("--a-dev-queries", type=int, default=60)
     ap.add_argument("--smoothing", type=float, default=0.15)
-    ap.add_argument("--labels", default=None, help="a real teacher's labels directory instead of the gold proxy")
+    ap.add_argument("--labels", nargs="+", default=None,
+                    help="a real teacher's labels directory instead of the gold proxy; several (one teacher's shards) "
+                         "are trained on as one set, as by `r3edge train`")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--interpolations", default="",
                     help="comma-separated a in (0, 1]: also rank each trained student with train.base_interpolation a "
@@ -93,9 +95,9 @@ def main() -> None:
         "demo held-back (UGC" + (f", seed {args.ugc_seed})" if args.ugc_seed else ")"):
             generate(10, 100, seed=args.ugc_seed, start=20),
     }
-    labels = Path(args.labels) if args.labels else proxy_labels(
+    labels = [Path(d) for d in args.labels] if args.labels else [proxy_labels(
         work / "labels", sample_queries(semeval_queries(args.data, "C", "train"), args.train_queries, args.seed),
-        args.smoothing)
+        args.smoothing)]
     names = [n for n in args.students.split(",") if n]
     alphas = [float(a) for a in args.interpolations.split(",") if a]
     if any(not 0 < a <= 1 for a in alphas):
@@ -137,8 +139,8 @@ def main() -> None:
                              **{k: ndcg(scoring, v) for k, v in sets.items()}, "base_interpolation": a})
                 print(json.dumps(rows[-1]), flush=True)
     # the labels' own questions and pairs (a given labels directory need not be SemEval's)
-    qids = read_labels(labels, columns=["qid"]).column("qid").to_pylist()
-    results = {"machine": machine_info(), "labels": str(labels), "gold_proxy": args.labels is None,
+    qids = read_labels_union(labels)[0].column("qid").to_pylist()
+    results = {"machine": machine_info(), "labels": " + ".join(map(str, labels)), "gold_proxy": args.labels is None,
                "smoothing": args.smoothing, "train_queries": len(set(qids)), "train_pairs": len(qids),
                "overflow": args.overflow,
                "sets": {k: {"queries": len(v), "pairs": sum(len(q.candidates) for q in v)} for k, v in sets.items()},
@@ -177,7 +179,7 @@ def markdown(results: dict, args) -> str:
     cmd = ("python benchmarks/scripts/base_preservation.py --out " + str(args.out) + f" --work {args.work}"
            + f" --students {args.students} "
            f"--train-queries {args.train_queries} --c-dev-queries {args.c_dev_queries} --a-dev-queries {args.a_dev_queries}"
-           + (f" --labels {args.labels}" if args.labels else "")
+           + (f" --labels {' '.join(args.labels)}" if args.labels else "")
            + (f" --interpolations {args.interpolations}" if args.interpolations else "")
            + (f" --seed {args.seed}" if args.seed else "")
            + (f" --ugc-seed {args.ugc_seed}" if args.ugc_seed else "")
