@@ -457,42 +457,35 @@ def students(args) -> int:
         r.run["steps"]["merge"] = {"wall_s": round(time.time() - t0, 1)}
         r.save()
     r.run.setdefault("students", {})
-    for arm, src in (("6.7k", labels / "train"), ("100k", merged)):
-        out = r.work / f"student-{arm}"
-        if (out / "train_report.json").is_file():
-            continue
-        t0 = time.time()
-        train_student(src, args.config, out, eval_labels_dir=labels / "dev", max_steps=3 if args.smoke else None,
-                      max_seconds=max(30.0, r.left() - args.reserve_s - args.after_train_s))
-        rep = json.loads((out / "train_report.json").read_text())
-        ev = (rep.get("eval") or {}).get("student_vs_gold") or {}
-        r.run["students"][arm] = {"wall_s": round(time.time() - t0, 1), "steps": rep.get("steps"),
-                                  "stopped_by_time_at_step": rep.get("stopped_by_time_at_step"),
-                                  "seconds_per_step": rep.get("seconds_per_step"), "c_dev_ndcg@10": ev.get("ndcg@10")}
-        r.box.put(out / "train_report.json", f"student-{arm}.train_report.json")
-        split_folder(out, r.box, f"student-{arm}")
-        r.save()
-    # One seed per arm cannot decide issue 47's +0.01: three seeds of the 6.7k arm span 0.010 on C dev
-    # (docs/distillation.md). Further seeds of both arms while the time lasts; their reports come back, not weights.
-    # A seed starts only with the time for both arms (as long as their first seeds took), so the arms stay paired.
-    need = sum(r.run["students"][arm]["wall_s"] for arm in ("6.7k", "100k"))
-    for seed in range(1, args.seeds):
-        if f"100k-seed{seed}" not in r.run["students"] and r.left() - args.reserve_s < need:
-            r.run["students"][f"seed{seed}"] = {"not_run": f"{r.left():.0f} s left; both arms' first seeds took {need:.0f} s"}
-            break
-        for arm, src in (("6.7k", labels / "train"), ("100k", merged)):
-            key, out = f"{arm}-seed{seed}", r.work / f"student-{arm}-seed{seed}"
+    arms = (("6.7k", labels / "train"), ("100k", merged))
+    for seed in range(args.seeds):
+        if seed:
+            # One seed per arm cannot decide issue 47's +0.01: three seeds of the 6.7k arm span 0.010 on C dev
+            # (docs/distillation.md). Further seeds of both arms while the time lasts; their reports come back, not
+            # weights. A seed starts only with the time for both arms (as long as their first seeds took), so the
+            # arms stay paired.
+            need = sum(r.run["students"][arm]["wall_s"] for arm, _ in arms)
+            if f"100k-seed{seed}" not in r.run["students"] and r.left() - args.reserve_s < need:
+                r.run["students"][f"seed{seed}"] = {"not_run": f"{r.left():.0f} s left; both arms' first seeds took "
+                                                              f"{need:.0f} s"}
+                break
+        config = _seeded(args.config, seed, r.work) if seed else args.config
+        for arm, src in arms:
+            key = f"{arm}-seed{seed}" if seed else arm
+            out = r.work / f"student-{key}"
             if (out / "train_report.json").is_file():
                 continue
             t0 = time.time()
-            train_student(src, _seeded(args.config, seed, r.work), out, eval_labels_dir=labels / "dev",
-                          max_steps=3 if args.smoke else None,
+            train_student(src, config, out, eval_labels_dir=labels / "dev", max_steps=3 if args.smoke else None,
                           max_seconds=max(30.0, r.left() - args.reserve_s - args.after_train_s))
             rep = json.loads((out / "train_report.json").read_text())
+            ev = (rep.get("eval") or {}).get("student_vs_gold") or {}
             r.run["students"][key] = {"wall_s": round(time.time() - t0, 1), "steps": rep.get("steps"),
                                       "stopped_by_time_at_step": rep.get("stopped_by_time_at_step"),
-                                      "c_dev_ndcg@10": ((rep.get("eval") or {}).get("student_vs_gold") or {}).get("ndcg@10")}
+                                      "seconds_per_step": rep.get("seconds_per_step"), "c_dev_ndcg@10": ev.get("ndcg@10")}
             r.box.put(out / "train_report.json", f"student-{key}.train_report.json")
+            if not seed:  # seed 0's weights come back, for the other-domain checks on a CPU
+                split_folder(out, r.box, f"student-{key}")
             r.save()
     r.save(final=True)
     return 0

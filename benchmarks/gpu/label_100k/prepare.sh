@@ -97,6 +97,7 @@ n=$PIECES
 what=${ADAPTER:+a later session (the adapter carried): }
 [ "$STUDENT" = 1 ] && what="the 1.5B student: "
 [ "${R3A:-0}" = 1 ] && what="the R3A judge: "
+env=; [ "${R3A:-0}" = 1 ] && env="R3A=1 "
 {
   echo "# $what$n device calls back to back (the machine is given back ~30 s after a call ends)"
   k=0
@@ -104,7 +105,6 @@ what=${ADAPTER:+a later session (the adapter carried): }
     k=$((k + 1))
     cmd=take; to=60
     [ "$k" = "$n" ] && { cmd=cold-start; [ -n "${ADAPTER:-}" ] && cmd=label; [ "$STUDENT" = 1 ] && cmd=student; to=600; }
-    env=; [ "${R3A:-0}" = 1 ] && env="R3A=1 "
     echo "run(command=\"${env}bash benchmarks/gpu/label_100k/run.sh $cmd\", carry=[\"$p\", \"$CARRY/bundle.sha256\", \"$CARRY/pieces\"], timeout_s=$to)"
   done
   [ "${R3A:-0}" = 1 ] && echo "run(command=\"R3A=1 BUDGET_S=<the device time left less ~40> bash benchmarks/gpu/label_100k/run.sh cold-start\", timeout_s=600)   # while labels-train-5000 is not back: it goes on"
