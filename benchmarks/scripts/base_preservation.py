@@ -139,7 +139,7 @@ def main() -> None:
                              **{k: ndcg(scoring, v) for k, v in sets.items()}, "base_interpolation": a})
                 print(json.dumps(rows[-1]), flush=True)
     # the labels' own questions and pairs (a given labels directory need not be SemEval's)
-    qids = read_labels_union(labels)[0].column("qid").to_pylist()
+    qids = read_labels_union(labels, columns=["qid"])[0].column("qid").to_pylist()
     results = {"machine": machine_info(), "labels": " + ".join(map(str, labels)), "gold_proxy": args.labels is None,
                "smoothing": args.smoothing, "train_queries": len(set(qids)), "train_pairs": len(qids),
                "overflow": args.overflow,

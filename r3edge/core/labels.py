@@ -129,18 +129,21 @@ def read_labels(directory: str | Path, allow_partial: bool = False, columns: lis
     return table
 
 
-def read_labels_union(directories: list[str | Path]) -> tuple[pa.Table, dict]:
+def read_labels_union(directories: list[str | Path], columns: list[str] | None = None) -> tuple[pa.Table, dict]:
     """The records of several complete labels directories of one teacher, and a manifest for them all.
 
     Why: a long labelling run is split into ``--shard i/n`` directories, and a student may learn from
     the shards done so far (or from a run's shards plus another pairs file's labels) without waiting for
     ``r3edge label --merge``, which proves a whole pairs file covered. Refused unless every directory is
     complete, all have the same :data:`MEANING_KEYS`, and no (qid, docid) pair is labelled twice. One
-    directory is returned as :func:`read_labels` reads it, with its own manifest.
+    directory is returned as :func:`read_labels` reads it, with its own manifest. ``columns`` reads only those
+    (and qid, docid for the check).
     """
     if not directories:
         raise InvalidInput("no labels directory given", "pass at least one directory written by `r3edge label`")
-    tables = [read_labels(d) for d in directories]
+    if columns is not None:
+        columns = list(dict.fromkeys(["qid", "docid", *columns]))
+    tables = [read_labels(d, columns=columns) for d in directories]
     manifests = [read_manifest(d) for d in directories]
     if len(directories) == 1:
         return tables[0], manifests[0]
