@@ -187,6 +187,7 @@ def test_the_shards_done_so_far_are_read_as_one_set_of_one_teacher(two_shards, t
     assert sorted(keys) == sorted(ALL_PAIRS) and m["n_pairs"] == len(ALL_PAIRS) and m["complete"]
     assert m["shard"] == ["0/2", "1/2"] and m["union_of"] == [str(d) for d in two_shards]
     assert m["teacher"] == "r3a-tiny" and "summary" not in m  # the first shard's summary is not the union's
+    assert read_labels_union(two_shards, columns=["qid"])[0].column_names == ["qid", "docid"]  # docid: the check
     one, m1 = read_labels_union(two_shards[:1])
     assert m1 == read_manifest(two_shards[0]) and one.num_rows == m1["n_pairs"] < len(ALL_PAIRS)
     with pytest.raises(R3EdgeError, match="labels pairs that an earlier directory") as err:
