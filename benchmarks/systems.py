@@ -285,16 +285,18 @@ def judge_row(measured: dict, queries: Sequence[QueryCandidates], label_values: 
 
 def ranking_row(system: str, queries: Sequence[QueryCandidates], scores: dict[tuple[str, str], float],
                 label_values: Sequence[float], *, latencies_ms: Sequence[float] | None = None,
-                latency_source: str, axis: str | None = None, variant: str | None = None) -> dict:
+                latency_source: str, axis: str | None = None, variant: str | None = None,
+                per_query: bool = False) -> dict:
     """A floor that ranks without label probabilities (BM25, a base encoder's cosine, the first-stage
-    order): nDCG@10 of its scores on the gold-labelled candidates; accuracy and F1 do not apply."""
+    order): nDCG@10 of its scores on the gold-labelled candidates; accuracy and F1 do not apply.
+    ``per_query`` adds each question's nDCG@10 (``ndcg@10_per_query``)."""
     from r3edge.core.metrics import ndcg_at_k
 
     pairs = [(q.qid, c) for q in queries for c in q.candidates if c.label is not None and (q.qid, c.docid) in scores]
     values = np.asarray(label_values, dtype=np.float64)
     gains = values[np.asarray([c.label for _, c in pairs], dtype=np.int64)]
     got = ndcg_at_k(gains, np.asarray([scores[(qid, c.docid)] for qid, c in pairs], dtype=np.float64),
-                    [qid for qid, _ in pairs])
+                    [qid for qid, _ in pairs], per_query=per_query)
     lat = percentiles(list(latencies_ms)) if latencies_ms else None
     n_pairs = sum(len(q.candidates) for q in queries)
     return {
@@ -303,7 +305,8 @@ def ranking_row(system: str, queries: Sequence[QueryCandidates], scores: dict[tu
         "latency_ms": lat or {},
         "pairs_per_s": (n_pairs / (sum(latencies_ms) / 1e3)) if lat and sum(latencies_ms) > 0 else None,
         "accuracy": {"n_scored": len(pairs), "vs_gold": {"ndcg@10": got["ndcg@10"], "ndcg_queries": got["ndcg_queries"],
-                                                         "n": len(pairs)}},
+                                                         "n": len(pairs),
+                                                         **{k: v for k, v in got.items() if k.endswith("_per_query")}}},
     }
 
 
@@ -393,17 +396,20 @@ def _is_local(target: str) -> bool:
     return is_loopback(target.rsplit(":", 1)[0])
 
 
-def scored_floor(queries: Sequence[QueryCandidates], scoring: Scoring, label_values: Sequence[float]) -> dict:
+def scored_floor(queries: Sequence[QueryCandidates], scoring: Scoring, label_values: Sequence[float], *,
+                 per_query: bool = False) -> dict:
     """nDCG@10 of any score function (e.g. the student's base encoder by cosine) on the gold-labelled
-    candidates, the same computation as the input order's in :func:`baselines`."""
+    candidates, the same computation as the input order's in :func:`baselines`. ``per_query`` adds each
+    question's nDCG@10 from the same scores (``ndcg@10_per_query``), for a paired comparison with another system."""
     pairs = [(q.qid, q.query, c) for q in queries for c in q.candidates if c.label is not None]
     logits = scoring([query for _, query, _ in pairs], [c.text for _, _, c in pairs])
     probs = scoring.scorer.probabilities(logits) if scoring.scorer is not None else softmax(logits)
     expected = probs @ np.asarray(label_values, dtype=np.float64)
     row = ranking_row(scoring.name, queries, {(qid, c.docid): float(e) for (qid, _, c), e in zip(pairs, expected)},
-                      label_values, latency_source="not timed: a floor")
-    return {"system": scoring.name, "ndcg@10": row["accuracy"]["vs_gold"]["ndcg@10"],
-            "ndcg_queries": row["accuracy"]["vs_gold"]["ndcg_queries"]}
+                      label_values, latency_source="not timed: a floor", per_query=per_query)
+    got = row["accuracy"]["vs_gold"]
+    return {"system": scoring.name, "ndcg@10": got["ndcg@10"], "ndcg_queries": got["ndcg_queries"],
+            **({"ndcg@10_per_query": got["ndcg@10_per_query"]} if per_query else {})}
 
 
 def baselines(queries: Sequence[QueryCandidates], label_values: Sequence[float]) -> dict:

@@ -3,7 +3,9 @@ results shape, the report files (torch-free; the whole run is `r3edge fidelity`,
 
 from __future__ import annotations
 
+import argparse
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -46,6 +48,9 @@ def test_a_scored_floor_ranks_by_its_expected_score_and_the_report_judges_studen
 
     floor = scored_floor(_queries(), Scoring("by-text", fn, label_values=(0, 1, 2)), (0.0, 1.0, 2.0))
     assert floor["ndcg@10"] == pytest.approx((1.0 + 1 / np.log2(3)) / 2) and floor["system"] == "by-text"
+    # each question's value from the same scores, for pairing with another system (base_preservation.py)
+    assert scored_floor(_queries(), Scoring("by-text", fn, label_values=(0, 1, 2)), (0.0, 1.0, 2.0),
+                        per_query=True)["ndcg@10_per_query"] == pytest.approx({"q1": 1.0, "q2": 1 / np.log2(3)})
     results = {"settings": {"n_queries": 2},
                "baselines": {**baselines(_queries(), (0, 1, 2)), "base_cosine": floor},
                "systems": [{"kind": "student", "system": "student", "variant": "fp32",
@@ -196,3 +201,33 @@ def test_the_reproduce_command_names_the_variants_when_they_are_not_the_default(
     configure(parser)
     assert "--variants" not in _command(parser.parse_args([]))
     assert "--variants fp32,int8-smooth,int8" in _command(parser.parse_args(["--variants", "fp32,int8-smooth,int8"]))
+
+
+def test_base_preservation_report_pairs_each_row_with_the_base_question_by_question():
+    """base_preservation.py's report states, beside each row's difference from the base, the bootstrap interval
+    over the set's questions and how many questions moved (its markdown, from a results dict)."""
+    import importlib.util
+
+    from r3edge.core.metrics import paired_bootstrap
+
+    path = Path(__file__).parents[1] / "benchmarks" / "scripts" / "base_preservation.py"
+    spec = importlib.util.spec_from_file_location("base_preservation", path)
+    bp = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bp)
+    base = {f"u{i}": 0.9 for i in range(10)}
+    student = {**base, "u6": 0.57}  # one question of ten falls: the set's mean falls 0.033
+    results = {"machine": {"cpu": "x", "cpu_flags": [], "cores_usable": 2, "ram_gib": 1, "timestamp": "t"},
+               "labels": "L", "gold_proxy": False, "smoothing": 0.15, "train_queries": 1, "train_pairs": 2,
+               "overflow": "truncate", "sets": {"UGC": {"queries": 10, "pairs": 1000}},
+               "rows": [{"system": "first-stage order", "UGC": 0.8}, {"system": "base: b", "UGC": 0.9},
+                        {"system": "s, trained", "UGC": 0.867, "train_pairs": 2, "train_s": 1.0}],
+               "paired_with_base": [{"system": "s, trained", "set": "UGC", **paired_bootstrap(student, base)}]}
+    args = argparse.Namespace(out="o", work="w", students="s", train_queries=1, c_dev_queries=1, a_dev_queries=1,
+                              labels=["L"], interpolations="", seed=0, ugc_seed=0, overflow=bp.DEFAULT_OVERFLOW)
+    text = bp.markdown(results, args)
+    row = next(line for line in text.splitlines() if line.startswith("| s, trained | UGC |"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[2] == "-0.033" and cells[5] == "0 / 9 / 1"
+    lo, hi = (float(x) for x in cells[3].strip("[]").split(","))
+    assert lo < -0.033 and hi == pytest.approx(0.0)
+    assert "within 0.01 of its base or above on 0 of 1 sets" in text

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from r3edge.core.metrics import agreement_metrics, ndcg_at_k, relevance_metrics
+from r3edge.core.metrics import agreement_metrics, ndcg_at_k, paired_bootstrap, relevance_metrics
 
 ONE_HOT = np.eye(3)
 
@@ -59,6 +59,32 @@ def test_ndcg_reversed_ranking_by_hand():
     assert m["ndcg@10"] == pytest.approx(1 / math.log2(3))
     assert m["ndcg_queries"] == 2
     assert m["ndcg_skipped_single_candidate"] == 1
+
+
+def test_ndcg_per_query_values_make_the_mean():
+    gains = np.array([2.0, 0.0, 1.0, 0.0, 0.0, 0.0, 5.0])
+    scores = np.array([0.0, 1.0, 1.0, 0.0, 1.0, 2.0, 3.0])
+    m = ndcg_at_k(gains, scores, ["a", "a", "b", "b", "z", "z", "c"], per_query=True)
+    # a reversed (1/log2(3)), b in order (1); z has no relevant candidate and c one candidate: both left out
+    assert m["ndcg@10_per_query"] == pytest.approx({"a": 1 / math.log2(3), "b": 1.0})
+    assert m["ndcg@10"] == pytest.approx(np.mean(list(m["ndcg@10_per_query"].values())))
+    assert "ndcg@10_per_query" not in ndcg_at_k(gains, scores, ["a"] * 7)
+
+
+def test_paired_bootstrap_by_hand():
+    base = {f"q{i}": 0.5 for i in range(10)}
+    # one question 0.3 worse, nine the same: mean -0.03; a resample misses it with p 0.9^10 = 0.35
+    system = {**base, "q0": 0.2}
+    p = paired_bootstrap(system, base, boot=20000, seed=1)
+    assert p["mean_diff"] == pytest.approx(-0.03)
+    assert (p["better"], p["same"], p["worse"]) == (0, 9, 1)
+    assert p["ci95"][1] == pytest.approx(0.0)
+    assert p["ci95"][0] < -0.03
+    assert p["p_below_minus_0.01"] == pytest.approx(1 - 0.9 ** 10, abs=0.02)
+    # only the questions both systems define are paired
+    assert paired_bootstrap({**system, "extra": 1.0}, base)["queries"] == 10
+    with pytest.raises(ValueError, match="paired_bootstrap needs >= 2 questions"):
+        paired_bootstrap({"q0": 1.0}, base)
 
 
 def test_ndcg_respects_k():

@@ -16,7 +16,10 @@ a real judge's labels of SemEval need a GPU (issue 21) and drop in with ``--labe
 r3edge's own (``r3edge.core.metrics``), scores come from the torch scoring graph (``lm_score_fn``),
 the path export is checked against. ``--interpolations`` adds, for each trained student, the rows
 ``train.base_interpolation`` (WiSE-FT) would give: its pretrained weights mixed back in, computed from
-the trained weights by the functions ``r3edge train`` runs.
+the trained weights by the functions ``r3edge train`` runs. Every row is also paired with the base question by
+question (``r3edge.core.metrics.paired_bootstrap``): the mean difference, a 95% bootstrap interval over the
+set's questions and how often a resample falls 0.01 or more below the base, so that "within 0.01 of its base" is
+read against what a set of 10 or 50 questions can resolve.
 
     .venv/bin/python benchmarks/scripts/base_preservation.py --out benchmarks/results/base-preservation-cpu-2core
 """
@@ -31,6 +34,7 @@ from pathlib import Path
 from r3edge.benchmarks.machine import machine_info
 from r3edge.benchmarks.systems import baselines, scored_floor
 from r3edge.core.labels import read_labels_union, write_manifest, write_shard
+from r3edge.core.metrics import paired_bootstrap
 from r3edge.core.pairs import QueryCandidates
 from r3edge.core.scoring import DEFAULT_OVERFLOW, OVERFLOW
 from r3edge.distill.data.datasets import sample_queries, semeval_queries
@@ -104,12 +108,17 @@ def main() -> None:
         ap.error(f"--interpolations {args.interpolations}: each a must be in (0, 1] (1: the trained weights unmixed)")
     values = (0.0, 1.0, 2.0)  # SemEval's grades and the demo's are the gains, as in every r3edge report
 
-    def ndcg(scoring, queries: list[QueryCandidates]) -> float:
-        return scored_floor(queries, scoring, values)["ndcg@10"]
+    per_query: dict[str, dict[str, dict[str, float]]] = {}  # system -> set -> question -> nDCG@10
+
+    def ranked(system: str, scoring) -> dict[str, float]:
+        """The row's nDCG@10 on each set; each question's value is kept for the pairing with the base."""
+        got = {k: scored_floor(v, scoring, values, per_query=True) for k, v in sets.items()}
+        per_query[system] = {k: g["ndcg@10_per_query"] for k, g in got.items()}
+        return {"system": system, **{k: g["ndcg@10"] for k, g in got.items()}}
 
     rows = [{"system": "first-stage order", **{k: baselines(v, values)["input_order"]["ndcg@10"] for k, v in sets.items()}}]
     base = base_cosine_scoring(load_yaml(names[0], StudentConfig), overflow=args.overflow)
-    rows.append({"system": f"base: {base.name}", **{k: ndcg(base, v) for k, v in sets.items()}})
+    rows.append(ranked(f"base: {base.name}", base))
     for name in names:
         student = work / "students" / name
         t0 = time.time()
@@ -118,8 +127,7 @@ def main() -> None:
         report = json.loads((student / "train_report.json").read_text())
         lm, scorer = load_student(student)
         scoring = lm_score_fn(lm.eval(), scorer, name=name, overflow=args.overflow)
-        rows.append({"system": f"{name} ({load_yaml(name, StudentConfig).model.kind}), trained",
-                     **{k: ndcg(scoring, v) for k, v in sets.items()},
+        rows.append({**ranked(f"{name} ({load_yaml(name, StudentConfig).model.kind}), trained", scoring),
                      "train_pairs": report["n_examples"]["trained_on"],
                      # a run trained in sittings (`r3edge train --resume`): its wall_time_s is the last sitting's
                      "train_s": sum(s["seconds"] for s in report.get("sittings") or []) or report["wall_time_s"],
@@ -135,8 +143,8 @@ def main() -> None:
                 lm.load_state_dict(trained)
                 interpolate_weights(lm, start, a, saved_at=saved)
                 scoring = lm_score_fn(lm.eval(), scorer, name=f"{name}@{a}", overflow=args.overflow)
-                rows.append({"system": f"{name} ({config.model.kind}), trained, base_interpolation {a}",
-                             **{k: ndcg(scoring, v) for k, v in sets.items()}, "base_interpolation": a})
+                rows.append({**ranked(f"{name} ({config.model.kind}), trained, base_interpolation {a}", scoring),
+                             "base_interpolation": a})
                 print(json.dumps(rows[-1]), flush=True)
     # the labels' own questions and pairs (a given labels directory need not be SemEval's)
     qids = read_labels_union(labels, columns=["qid"])[0].column("qid").to_pylist()
@@ -144,7 +152,11 @@ def main() -> None:
                "smoothing": args.smoothing, "train_queries": len(set(qids)), "train_pairs": len(qids),
                "overflow": args.overflow,
                "sets": {k: {"queries": len(v), "pairs": sum(len(q.candidates) for q in v)} for k, v in sets.items()},
-               "rows": rows}
+               "rows": rows,
+               "paired_with_base": [{"system": r["system"], "set": k, **paired_bootstrap(per_query[r["system"]][k],
+                                                                                       per_query[rows[1]["system"]][k])}
+                                    for r in rows[2:] for k in sets],
+               "per_query": per_query}
     (out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
     (out / "report.md").write_text(markdown(results, args))
     print((out / "report.md").read_text())
@@ -169,6 +181,16 @@ def markdown(results: dict, args) -> str:
                                   else f" ({r[k] - base[k]:+.3f})") for k in sets]
         lines.append("| " + " | ".join([r["system"], *cells]) + " |")
     lines += ["", "In brackets: the difference from the base encoder by cosine (no training).", ""]
+    if results.get("paired_with_base"):
+        lines += ["Question by question against the base: the mean difference (the bracket above), a 95% bootstrap "
+                  "interval over the set's questions (10,000 resamples), the share of resamples 0.01 or more below "
+                  "the base, and how many questions the row ranks better, the same or worse.", "",
+                  "| system | set | mean diff | 95% interval | P(< -0.01) | better / same / worse |",
+                  "|---|---|---:|---|---:|---|"]
+        lines += [f"| {p['system']} | {p['set']} | {p['mean_diff']:+.3f} | [{p['ci95'][0]:+.3f}, {p['ci95'][1]:+.3f}] | "
+                  f"{p['p_below_minus_0.01']:.2f} | {p['better']} / {p['same']} / {p['worse']} |"
+                  for p in results["paired_with_base"]]
+        lines.append("")
     for r in results["rows"]:
         if "train_pairs" in r or "base_interpolation" in r:
             kept = [k for k in sets if r[k] >= base[k] - 0.01]

@@ -4,7 +4,10 @@ Issue 47's other-domain bar reads "within 0.01 of its base". B dev has 50 questi
 of a 0.01 difference those 50 can resolve. Each question's nDCG@10 is computed by `scored_floor` (the function
 base_preservation.py ranks with) on that question alone, for the base by cosine and for each student, mixed with its
 base at each `--alphas` value as `train.base_interpolation` would save it (`interpolate_weights(saved_at=...)`). The mean
-over questions is base_preservation.py's nDCG@10.
+over questions is base_preservation.py's nDCG@10. Since session 71 the per-question values come from one scoring of
+the whole set (``scored_floor(per_query=True)``, as base_preservation.py scores) and each row's bootstrap from its own
+seed-0 generator (``paired_bootstrap``); the committed per_query.md was written before, with each question scored on
+its own and one generator shared by all rows, so a rerun's intervals may differ from it in the third decimal.
 
     .venv/bin/python benchmarks/results/student-wise-sweep-epyc-2core/per_query.py --work runs/s64/bp \
         --students CONFIG[,CONFIG...] --alphas 0.4,0.45,0.5 --out benchmarks/results/student-wise-sweep-epyc-2core
@@ -21,6 +24,7 @@ import numpy as np
 from r3edge.benchmarks.machine import machine_info
 from r3edge.benchmarks.systems import scored_floor
 from r3edge.core.config import StudentConfig, load_yaml
+from r3edge.core.metrics import paired_bootstrap
 from r3edge.distill.data.datasets import sample_queries, semeval_queries
 from r3edge.distill.student.train import interpolate_weights, pretrained_state
 from r3edge.model.student import base_cosine_scoring, create_student, lm_score_fn, load_student
@@ -30,22 +34,7 @@ VALUES = (0.0, 1.0, 2.0)
 
 def per_query(scoring, queries) -> dict[str, float]:
     """Each question's nDCG@10; a question where it is undefined (no relevant candidate) is left out."""
-    out = {}
-    for q in queries:
-        v = scored_floor([q], scoring, VALUES)["ndcg@10"]
-        if v is not None:
-            out[q.qid] = v
-    return out
-
-
-def paired(student: dict[str, float], base: dict[str, float], boot: int, rng: np.random.Generator) -> dict:
-    qids = sorted(base)
-    d = np.asarray([student[q] - base[q] for q in qids])
-    means = d[rng.integers(0, len(d), size=(boot, len(d)))].mean(axis=1)
-    lo, hi = np.quantile(means, [0.025, 0.975])
-    return {"mean_diff": float(d.mean()), "ci95": [float(lo), float(hi)], "sd": float(d.std(ddof=1)),
-            "queries": len(d), "better": int((d > 1e-12).sum()), "worse": int((d < -1e-12).sum()),
-            "same": int((np.abs(d) <= 1e-12).sum()), "p_below_minus_0.01": float((means < -0.01).mean())}
+    return scored_floor(queries, scoring, VALUES, per_query=True)["ndcg@10_per_query"]
 
 
 def main() -> None:
@@ -60,7 +49,6 @@ def main() -> None:
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
 
-    rng = np.random.default_rng(0)
     sets = {"B dev": semeval_queries(args.data, "B", "dev"),
             "C dev": sample_queries(semeval_queries(args.data, "C", "dev"), args.c_dev_queries, 0)}
     sets = {k: sets[k] for k in args.sets.split(",")}
@@ -86,7 +74,7 @@ def main() -> None:
                 rows.append({"student": name, "seed": config.train.seed, "base_interpolation": a, "set": set_name,
                              "ndcg@10": float(np.mean(list(pq.values()))),
                              "base_ndcg@10": float(np.mean(list(base[set_name].values()))),
-                             **paired(pq, base[set_name], args.boot, rng)})
+                             **paired_bootstrap(pq, base[set_name], boot=args.boot)})
                 print(json.dumps(rows[-1]), flush=True)
     out = Path(args.out)
     (out / "per_query.json").write_text(json.dumps({"machine": machine_info(), "boot": args.boot, "rows": rows,

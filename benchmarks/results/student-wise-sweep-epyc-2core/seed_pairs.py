@@ -1,7 +1,8 @@
 """Two seeds of the same recipe, question by question: the noise a student-against-student comparison carries.
 
 Reads `per_query.json` (written by `per_query.py`); pairs every two seeds at each mix on each set and bootstraps the
-mean difference over questions (10,000 resamples) with `per_query.py`'s `paired`, as it does against the base.
+mean difference over questions (10,000 resamples) with `r3edge.core.metrics.paired_bootstrap`, as `per_query.py` does
+against the base.
 Writes `seed_pairs.md`.
 
     .venv/bin/python benchmarks/results/student-wise-sweep-epyc-2core/seed_pairs.py
@@ -14,15 +15,13 @@ import json
 import re
 from pathlib import Path
 
-import numpy as np
-from per_query import paired
+from r3edge.core.metrics import paired_bootstrap
 
 HERE = Path(__file__).parent
 
 
 def main() -> None:
     per = json.loads((HERE / "per_query.json").read_text())["per_query"]
-    rng = np.random.default_rng(0)
     groups: dict[tuple[str, str], list[tuple[str, dict]]] = {}
     for key, values in per.items():
         m = re.search(r"seed(\d+)\.yaml@([0-9.]+)/(.+)$", key)
@@ -32,7 +31,7 @@ def main() -> None:
              "|---:|---|---|---:|---:|---|---:|"]
     for (a, set_name), students in sorted(groups.items()):
         for (s1, v1), (s2, v2) in itertools.combinations(sorted(students, key=lambda x: x[0]), 2):
-            r = paired(v1, v2, 10000, rng)
+            r = paired_bootstrap(v1, v2, boot=10000)
             lines.append(f"| {a} | {set_name} | {s1} − {s2} | {r['mean_diff']:+.4f} | {r['sd']:.3f} | "
                          f"[{r['ci95'][0]:+.4f}, {r['ci95'][1]:+.4f}] | {r['queries']} |")
     (HERE / "seed_pairs.md").write_text("\n".join(lines) + "\n")
