@@ -160,6 +160,17 @@ def test_every_cited_file_exists():
     assert not missing, "\n".join(missing)
 
 
+def test_the_results_index_lists_every_results_folder_and_only_those():
+    """benchmarks/results/README.md is where a reader finds a run: a folder committed without its row is lost to
+    them, and a row whose folder is gone points nowhere."""
+    results = ROOT / "benchmarks" / "results"
+    index = (results / "README.md").read_text(encoding="utf-8")
+    rows = set(re.findall(r"^\| `([\w.-]+)/` \|", index, re.M))
+    folders = {p.name for p in results.iterdir() if p.is_dir()}
+    assert not folders - rows, f"benchmarks/results/README.md has no row for {sorted(folders - rows)}"
+    assert not rows - folders, f"benchmarks/results/README.md lists missing folders {sorted(rows - folders)}"
+
+
 STAGE_DIRS = {"distill": "distill", "serve": "serve", "export": "export", "benchmarks": "benchmarks", "configs": "configs"}
 
 
