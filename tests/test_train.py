@@ -147,6 +147,32 @@ def test_several_labels_directories_train_one_student_on_all_their_pairs(tmp_pat
     assert not (tmp_path / "t").exists()
 
 
+def test_only_pairs_trains_on_the_labels_of_a_pairs_file_and_refuses_one_not_covered(tmp_path, capsys):
+    """`r3edge train LABELS --only-pairs PAIRS`: one judge's labels of a superset cut to the pairs another judge
+    labelled, so that both teach the same student on the same pairs."""
+    from r3edge.cli import main
+
+    labels = write_labels(tmp_path / "all")
+    subset = [{**SAMPLE_QUERIES[0], "candidates": SAMPLE_QUERIES[0]["candidates"][:2]}, SAMPLE_QUERIES[1]]
+    pairs = tmp_path / "subset.jsonl"
+    pairs.write_text("".join(json.dumps(q) + "\n" for q in subset))
+    n = sum(len(q["candidates"]) for q in subset)
+    assert 0 < n < 7
+    assert main(["train", str(labels), "--only-pairs", str(pairs), "--student", str(TINY_STUDENT),
+                 "--out", str(tmp_path / "s"), "--max-steps", "1"]) == 0
+    report = json.loads((tmp_path / "s" / "train_report.json").read_text())
+    assert report["n_examples"]["total"] == report["n_examples"]["trained_on"] == n
+    assert report["only_pairs"]["n_pairs"] == n and report["only_pairs"]["path"] == str(pairs)
+    # a pair the labels do not hold: refused, naming the flag and the fix, and nothing is written
+    unlabelled = tmp_path / "unlabelled.jsonl"
+    unlabelled.write_text(json.dumps({**subset[1], "candidates": [{"docid": "new", "text": "x", "label": 0}]}) + "\n")
+    assert main(["train", str(labels), "--only-pairs", str(unlabelled), "--student", str(TINY_STUDENT),
+                 "--out", str(tmp_path / "t")]) == 2
+    err = capsys.readouterr().err
+    assert "--only-pairs" in err and "1 of its 1 pairs have no label" in err and "pass labels that cover" in err
+    assert not (tmp_path / "t").exists()
+
+
 def test_incomplete_labels_are_refused_with_a_fix(tmp_path):
     from r3edge.distill.student.train import train_student
 

@@ -33,7 +33,7 @@ from transformers import TrainerCallback, set_seed
 
 from r3edge.core.config import StudentConfig, TrainParams, load_yaml
 from r3edge.core.errors import InvalidInput
-from r3edge.core.labels import read_labels, read_labels_union
+from r3edge.core.labels import read_labels, read_labels_union, restrict_to_pairs
 from r3edge.core.progress import Progress
 from r3edge.core.scoring import Encoded, Scorer
 from r3edge.distill.hf_trainer import (
@@ -359,11 +359,14 @@ def train_student(
     max_seconds: float | None = None,
     checkpoints: str | Path | None = None,
     resume: bool = False,
+    only_pairs: str | Path | None = None,
 ) -> Path:
     """Train a student on a complete labels directory and save it (weights + scorer.json + report).
 
     ``labels_dir`` may also be several complete directories of one teacher (the shards of a labelling run
     done so far), read by :func:`r3edge.core.labels.read_labels_union`: checked disjoint, trained on as one set.
+    ``only_pairs``: a pairs file whose pairs alone are trained on, each of them labelled
+    (:func:`r3edge.core.labels.restrict_to_pairs`), so that two judges teach on the same pairs.
 
     ``drop_unformatted`` keeps only records whose teacher output was well formed; by default all
     are kept, because the forced score read-out is still the teacher's distribution. ``max_seconds``
@@ -386,6 +389,9 @@ def train_student(
                            "in memory, so a resumed run could not return to them",
                            "set train.eval_fraction: 0 for a resumable run, or train without --checkpoints")
     table, manifest = read_labels_union(labels_dirs)  # refuses an unfinished labelling run
+    pairs_info = None
+    if only_pairs is not None:
+        table, pairs_info = restrict_to_pairs(table, only_pairs)
     if eval_labels_dir is not None:
         read_labels(eval_labels_dir, columns=["qid"])  # fail now, not after training, if the held-out set is unusable
     table, counts = _trainable_records(table, labels_dir, drop_unformatted)
@@ -419,6 +425,7 @@ def train_student(
         "config": config.model_dump(mode="json"),
         "labels_dir": str(labels_dir) if len(labels_dirs) == 1 else [str(d) for d in labels_dirs],
         "labels": _provenance(manifest, table),
+        **({"only_pairs": pairs_info} if pairs_info is not None else {}),
         "n_examples": {**counts, "trained_on": len(dataset), "eval_split": len(eval_set) if eval_set is not None else 0},
         **({"cosine_head_fit": head_fit} if head_fit is not None else {}),
         "eval_loss_per_epoch": fit.evals,

@@ -37,6 +37,9 @@ def configure(parser):
     parser.add_argument("--checkpoints", default=None, metavar="DIR",
                         help="keep a resumable checkpoint in DIR (every train.checkpoint_seconds, and where "
                              "--max-seconds ends the sitting); DIR/run.json records the run")
+    parser.add_argument("--only-pairs", default=None, metavar="PAIRS_FILE",
+                        help="train only on the labels of the pairs in this pairs file (each must be labelled): two "
+                             "judges' labels compared as teachers of one student on the same pairs")
     parser.add_argument("--resume", action="store_true",
                         help="go on from the latest checkpoint in --checkpoints DIR; refused if its labels, config "
                              "or step limit differ, or if that run already finished")
@@ -51,5 +54,6 @@ def run(args) -> int:
 
     train_student(args.labels_dir, args.student, args.out, max_steps=args.max_steps,
                   eval_labels_dir=args.eval_labels, drop_unformatted=args.drop_unformatted,
-                  max_seconds=args.max_seconds, checkpoints=args.checkpoints, resume=args.resume)
+                  max_seconds=args.max_seconds, checkpoints=args.checkpoints, resume=args.resume,
+                  only_pairs=args.only_pairs)
     return 0

@@ -15,6 +15,7 @@ never dropped or defaulted.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from pathlib import Path
@@ -24,6 +25,7 @@ import pyarrow.parquet as pq
 
 from r3edge.core.errors import Conflict, FormatError, InvalidInput, NotFound, check_format_version
 from r3edge.core.fileio import atomic_write_text
+from r3edge.core.pairs import read_queries
 
 MANIFEST = "manifest.json"
 #: Manifest fields that say what a label means (which judge, weights, config and prompt made it). Labels that
@@ -166,3 +168,22 @@ def read_labels_union(directories: list[str | Path], columns: list[str] | None =
                 "n_pairs": len(seen), "n_done": len(seen), "complete": True,
                 "union_of": [str(d) for d in directories]}
     return pa.concat_tables(tables), manifest
+
+
+def restrict_to_pairs(table: pa.Table, pairs_path: str | Path) -> tuple[pa.Table, dict]:
+    """Only the records of the pairs in a pairs file, and what the file was (path, sha256, pair count).
+
+    Why: two judges compared as teachers must teach the same student on the same pairs, and one judge may
+    have labelled a superset of them (the 1.5B score-only judge's C train labels hold the 5,000 pairs the
+    R³A judge labelled). Every pair of the file must be labelled, so "the same pairs" is checked, not assumed.
+    """
+    pairs_path = Path(pairs_path)
+    want = {(q.qid, c.docid) for q in read_queries(pairs_path) for c in q.candidates}
+    keys = list(zip(table.column("qid").to_pylist(), table.column("docid").to_pylist()))
+    missing = want - set(keys)
+    if missing:
+        raise InvalidInput(f"--only-pairs {pairs_path}: {len(missing)} of its {len(want)} pairs have no label in the "
+                           f"labels given, e.g. {sorted(missing)[:3]}",
+                           "pass labels that cover the pairs file, or label the missing pairs first (`r3edge label`)")
+    return table.filter(pa.array([k in want for k in keys])), {
+        "path": str(pairs_path), "sha256": hashlib.sha256(pairs_path.read_bytes()).hexdigest(), "n_pairs": len(want)}
