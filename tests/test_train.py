@@ -257,6 +257,30 @@ def test_interpolate_weights_remixes_a_student_saved_already_mixed():
             torch.testing.assert_close(v, start[k] + 2.0 * a, msg=f"{k} at {a}")
 
 
+def test_remixed_mixes_each_alpha_from_the_weights_as_saved():
+    """base_preservation.py's --interpolations: every mix starts again from the saved weights, never from the last
+    mix, and the saved mix itself gives the saved weights back."""
+    import torch
+
+    from r3edge.core.config import StudentConfig, load_yaml
+    from r3edge.distill.student.train import remixed
+    from r3edge.model.student import create_student
+
+    config = load_yaml(TINY_STUDENT, StudentConfig)
+    lm = create_student(config)[0]
+    with torch.no_grad():
+        for p in lm.parameters():
+            p.add_(1.0)  # "trained and saved at 0.5": away from a fresh student's weights
+    saved = {k: v.clone() for k, v in lm.state_dict().items()}
+    seen = []
+    for a in remixed(lm, config, [0.25, 0.5], saved_at=0.5):
+        seen.append(a)
+        moved = any(not torch.equal(v, saved[k]) for k, v in lm.state_dict().items())
+        assert moved == (a == 0.25), a  # 0.25 moves the weights towards a fresh start; 0.5 is the saved mix
+    assert seen == [0.25, 0.5]
+    assert list(remixed(lm, config, [])) == []
+
+
 def test_cli_reports_errors_without_a_traceback(tmp_path, capsys):
     from r3edge.cli import main
 

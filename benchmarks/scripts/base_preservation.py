@@ -62,8 +62,8 @@ def proxy_labels(out: Path, queries: list[QueryCandidates], smoothing: float) ->
 
 def main() -> None:
     from r3edge.core.config import StudentConfig, load_yaml
-    from r3edge.distill.student.train import interpolate_weights, pretrained_state, train_student
-    from r3edge.model.student import base_cosine_scoring, create_student, lm_score_fn, load_student
+    from r3edge.distill.student.train import remixed, train_student
+    from r3edge.model.student import base_cosine_scoring, lm_score_fn, load_student
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--data", default="../shared/data/semeval2016-cqa")
@@ -135,13 +135,9 @@ def main() -> None:
         print(json.dumps(rows[-1]), flush=True)
         if alphas:
             config = load_yaml(name, StudentConfig)
-            start = pretrained_state(create_student(config)[0])
-            trained = {k: v.clone() for k, v in lm.state_dict().items()}
             # a student saved already mixed (its own train.base_interpolation) is un-mixed first
             saved = report["config"]["train"].get("base_interpolation")
-            for a in alphas:
-                lm.load_state_dict(trained)
-                interpolate_weights(lm, start, a, saved_at=saved)
+            for a in remixed(lm, config, alphas, saved_at=saved):
                 scoring = lm_score_fn(lm.eval(), scorer, name=f"{name}@{a}", overflow=args.overflow)
                 rows.append({**ranked(f"{name} ({config.model.kind}), trained, base_interpolation {a}", scoring),
                              "base_interpolation": a})

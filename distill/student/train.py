@@ -21,7 +21,7 @@ import math
 import platform
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -495,6 +495,22 @@ def interpolate_weights(lm: torch.nn.Module, start: dict[str, torch.Tensor], a: 
             if v.is_floating_point() and v.data_ptr() not in seen:
                 seen.add(v.data_ptr())
                 v.lerp_(start[k].to(v.device, v.dtype), 1.0 - a)
+
+
+def remixed(lm: torch.nn.Module, config: StudentConfig, alphas: Sequence[float], *,
+            saved_at: float | None = None) -> Iterator[float]:
+    """Each ``a`` of ``alphas`` with ``lm`` re-mixed in place to the student ``train.base_interpolation: a``
+    would have saved (:func:`interpolate_weights` from the weights as saved, each time from the same copy), so
+    a saved student is ranked at several mixes without training again. The pretrained weights come from a
+    fresh student of ``config``; ``lm`` is left at the last mix."""
+    if not alphas:
+        return
+    start = pretrained_state(create_student(config)[0])
+    trained = {k: v.clone() for k, v in lm.state_dict().items()}
+    for a in alphas:
+        lm.load_state_dict(trained)
+        interpolate_weights(lm, start, a, saved_at=saved_at)
+        yield a
 
 
 def _trainable_records(table, labels_dir: Path, drop_unformatted: bool) -> tuple:

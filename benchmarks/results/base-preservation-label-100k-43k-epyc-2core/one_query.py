@@ -21,8 +21,8 @@ import numpy as np
 
 from r3edge.core.config import StudentConfig, load_yaml
 from r3edge.distill.data.ugc import generate
-from r3edge.distill.student.train import interpolate_weights, pretrained_state
-from r3edge.model.student import base_cosine_scoring, create_student, lm_score_fn, load_student
+from r3edge.distill.student.train import remixed
+from r3edge.model.student import base_cosine_scoring, lm_score_fn, load_student
 
 VALUES = np.asarray([0.0, 1.0, 2.0])
 
@@ -62,11 +62,7 @@ def main() -> None:
         saved = report["config"]["train"].get("base_interpolation")
         out += [f"## {student} ({config.name}), as saved (base_interpolation {saved})", "",
                 *ranked(lm_score_fn(lm.eval(), scorer, name=str(student)), q.query, q.candidates)]
-        start = pretrained_state(create_student(config)[0])
-        trained = {k: v.clone() for k, v in lm.state_dict().items()}
-        for a in (float(x) for x in args.alphas.split(",") if x):
-            lm.load_state_dict(trained)
-            interpolate_weights(lm, start, a, saved_at=saved)
+        for a in remixed(lm, config, [float(x) for x in args.alphas.split(",") if x], saved_at=saved):
             out += [f"## {student}, re-mixed at base_interpolation {a:g}", "",
                     *ranked(lm_score_fn(lm.eval(), scorer, name=f"{student}@{a}"), q.query, q.candidates)]
     Path(args.out).write_text("\n".join(out))

@@ -27,8 +27,8 @@ from r3edge.benchmarks.systems import scored_floor
 from r3edge.core.config import StudentConfig, load_yaml
 from r3edge.core.metrics import paired_bootstrap
 from r3edge.distill.data.datasets import sample_queries, semeval_queries
-from r3edge.distill.student.train import interpolate_weights, pretrained_state
-from r3edge.model.student import base_cosine_scoring, create_student, lm_score_fn, load_student
+from r3edge.distill.student.train import remixed
+from r3edge.model.student import base_cosine_scoring, lm_score_fn, load_student
 
 VALUES = (0.0, 1.0, 2.0)
 
@@ -63,11 +63,7 @@ def main() -> None:
         lm, scorer = load_student(Path(args.work) / "students" / name)
         report = json.loads((Path(args.work) / "students" / name / "train_report.json").read_text())
         saved = report["config"]["train"].get("base_interpolation")
-        start = pretrained_state(create_student(config)[0])
-        trained = {k: v.clone() for k, v in lm.state_dict().items()}
-        for a in alphas:
-            lm.load_state_dict(trained)
-            interpolate_weights(lm, start, a, saved_at=saved)
+        for a in remixed(lm, config, alphas, saved_at=saved):
             scoring = lm_score_fn(lm.eval(), scorer, name=f"{name}@{a}")
             for set_name, queries in sets.items():
                 pq = per_query(scoring, queries)
