@@ -9,7 +9,6 @@ load carries ``grpc-retry-pushback-ms``, which gRPC's own retry policy (the clie
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
 import logging
 import sys
@@ -23,6 +22,7 @@ from google.protobuf.message import DecodeError
 
 from r3edge.api import SERVICE_NAME, pb2
 from r3edge.core.errors import ErrorKind, InvalidInput, Overloaded, R3EdgeError, Unavailable
+from r3edge.core.fileio import file_sha256
 from r3edge.serve.access_log import REQUEST_ID, log_request, request_id
 from r3edge.serve.config import ServeConfig
 from r3edge.serve.engine import Engine
@@ -75,11 +75,7 @@ def model_id(artifact_dir: str | Path, model_file: str | None) -> str:
     name = Path(artifact_dir).name
     if not model_file or not (Path(artifact_dir) / model_file).is_file():
         return name
-    h = hashlib.sha256()
-    with open(Path(artifact_dir) / model_file, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return f"{name}@{h.hexdigest()[:16]}"
+    return f"{name}@{file_sha256(Path(artifact_dir) / model_file)[:16]}"
 
 
 class RerankerService:

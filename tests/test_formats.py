@@ -225,8 +225,8 @@ def test_trec_runs_still_read_through_the_same_entry(tmp_path):
 def test_label_reads_a_beir_folder_as_the_pairs_r3edge_pairs_writes(tmp_path):
     """The tiny random UMBRELA teacher (one round, real protocol and files) labels a BEIR folder; the labels
     name the very bytes `r3edge pairs --from` writes (pairs_sha256), and carry the BEIR texts and grades."""
+    from r3edge.core.fileio import file_sha256
     from r3edge.core.labels import read_labels, read_manifest
-    from r3edge.distill.label.driver import file_sha256
 
     folder = _beir(tmp_path / "beir")
     out = tmp_path / "labels"

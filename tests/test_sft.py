@@ -11,9 +11,10 @@ from pydantic import ValidationError
 
 from r3edge.core.config import SFTParams, TraceParams
 from r3edge.core.errors import InvalidInput, R3EdgeError
+from r3edge.core.fileio import file_sha256
 from r3edge.core.labels import read_labels, write_manifest, write_shard
 from r3edge.core.pairs import read_queries
-from r3edge.distill.label.driver import file_sha256, load_teacher_config, pair_context
+from r3edge.distill.label.driver import load_teacher_config, pair_context
 from r3edge.distill.label.judges import get_judge, is_verbatim
 from r3edge.distill.teacher.traces import (
     Trace,

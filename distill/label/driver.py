@@ -35,6 +35,7 @@ import numpy as np
 
 from r3edge.core.config import TeacherConfig, load_yaml
 from r3edge.core.errors import Conflict, ErrorKind, InvalidInput, R3EdgeError
+from r3edge.core.fileio import file_sha256
 from r3edge.core.labels import MEANING_KEYS, read_labels, read_manifest, shard_paths, write_manifest, write_shard
 from r3edge.core.pairs import Candidate, QueryCandidates, read_queries
 from r3edge.distill.label.judges import PairContext, prefill_only
@@ -57,14 +58,6 @@ def parse_shard(spec: str) -> tuple[int, int]:
 def shard_of(qid: str, n: int) -> int:
     """Stable across machines and Python runs (unlike ``hash``), so workers agree on the split."""
     return int.from_bytes(hashlib.sha1(qid.encode("utf-8")).digest()[:8], "big") % n
-
-
-def file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def teacher_model_ref(cfg: TeacherConfig) -> str:

@@ -53,9 +53,10 @@ from datasets import Dataset
 
 from r3edge.core.config import TeacherConfig, TeacherGRPOConfig, load_yaml
 from r3edge.core.errors import InvalidInput, MissingDependency, require
+from r3edge.core.fileio import file_sha256
 from r3edge.core.pairs import read_queries
 from r3edge.distill.hf_trainer import ProgressCallback, main_process_log, process_state
-from r3edge.distill.label.driver import file_sha256, intent_prompt, load_teacher_config, pair_context, verdict_tail
+from r3edge.distill.label.driver import intent_prompt, load_teacher_config, pair_context, verdict_tail
 from r3edge.distill.label.judges import get_judge
 from r3edge.distill.teacher.rewards import Prompt, R3AReward, RetroReward
 from r3edge.distill.teacher.sft import freeze_below, load_base, trainable_layer_ids, use_bf16

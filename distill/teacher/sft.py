@@ -57,6 +57,7 @@ from transformers import set_seed
 
 from r3edge.core.config import ModelSpec, SFTConfig, SFTParams, TeacherConfig, load_yaml
 from r3edge.core.errors import InvalidInput
+from r3edge.core.fileio import file_sha256
 from r3edge.core.pairs import read_queries
 from r3edge.core.sequences import common_prefix_length
 from r3edge.distill.hf_trainer import (
@@ -68,7 +69,7 @@ from r3edge.distill.hf_trainer import (
     process_state,
     training_arguments,
 )
-from r3edge.distill.label.driver import file_sha256, load_teacher_config
+from r3edge.distill.label.driver import load_teacher_config
 from r3edge.distill.label.judges import get_judge
 from r3edge.distill.teacher.traces import Trace, gold_traces, label_traces, select
 from r3edge.model.kv_cache import cache_kwargs, cache_of

@@ -36,9 +36,10 @@ from pathlib import Path
 
 from r3edge.core.config import TeacherConfig, TraceParams
 from r3edge.core.errors import InvalidInput
+from r3edge.core.fileio import file_sha256
 from r3edge.core.labels import read_labels, read_manifest
 from r3edge.core.pairs import QueryCandidates
-from r3edge.distill.label.driver import LabelMapping, file_sha256, intent_prompt, pair_context, verdict_tail
+from r3edge.distill.label.driver import LabelMapping, intent_prompt, pair_context, verdict_tail
 from r3edge.distill.label.judges import Messages, normalize_ws
 from r3edge.distill.label.judges._single_round import ThinkScore
 from r3edge.distill.label.judges.r3a import R3AJudge

@@ -160,8 +160,9 @@ def _given_labels(args, out: Path):
 def _label(args, out: Path, teacher_config: str, teacher_dir: Path, splits) -> dict[str, Path]:
     """Each split's labels directory, labelled by the teacher where not already complete (through a vLLM
     server started from ``--vllm``, the server at ``--base-url``, or in-process)."""
+    from r3edge.core.fileio import file_sha256
     from r3edge.core.labels import read_manifest
-    from r3edge.distill.label.driver import file_sha256, label_pairs
+    from r3edge.distill.label.driver import label_pairs
 
     labels = {split: out / "labels" / split for split, _ in splits}
 

@@ -1,11 +1,14 @@
-"""Atomic outputs: a later stage never sees half a file or half a directory.
+"""Atomic outputs, and file digests.
 
 Files are written beside their final name and renamed; directories are built as ``<name>.partial``
-and swapped in only when complete. One implementation, used by every stage that writes.
+and swapped in only when complete, so a later stage never sees half a file or half a directory.
+:func:`file_sha256` is the one digest a manifest records of an input file. One implementation of
+each, used by every stage.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 from pathlib import Path
@@ -36,3 +39,12 @@ def publish_dir(tmp: str | Path, out: str | Path) -> Path:
         shutil.rmtree(out)
     Path(tmp).replace(out)
     return out
+
+
+def file_sha256(path: str | Path) -> str:
+    """The file's sha256 (hex), read in 1 MiB blocks so a large file is never held in memory."""
+    h = hashlib.sha256()
+    with Path(path).open("rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()

@@ -15,7 +15,6 @@ never dropped or defaulted.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from pathlib import Path
@@ -24,7 +23,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from r3edge.core.errors import Conflict, FormatError, InvalidInput, NotFound, check_format_version
-from r3edge.core.fileio import atomic_write_text
+from r3edge.core.fileio import atomic_write_text, file_sha256
 from r3edge.core.pairs import read_queries
 
 MANIFEST = "manifest.json"
@@ -186,4 +185,4 @@ def restrict_to_pairs(table: pa.Table, pairs_path: str | Path) -> tuple[pa.Table
                            f"labels given, e.g. {sorted(missing)[:3]}",
                            "pass labels that cover the pairs file, or label the missing pairs first (`r3edge label`)")
     return table.filter(pa.array([k in want for k in keys])), {
-        "path": str(pairs_path), "sha256": hashlib.sha256(pairs_path.read_bytes()).hexdigest(), "n_pairs": len(want)}
+        "path": str(pairs_path), "sha256": file_sha256(pairs_path), "n_pairs": len(want)}
