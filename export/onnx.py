@@ -17,7 +17,7 @@ import json
 import time
 from pathlib import Path
 
-from r3edge.core.artifact import INPUT_NAMES, OPENVINO, OUTPUT_NAME, PREFIX_GRAPHS, RUNTIMES, write_manifest
+from r3edge.core.artifact import INPUT_NAMES, OPENVINO, OUTPUT_NAME, PACKED_GRAPHS, PREFIX_GRAPHS, RUNTIMES, write_manifest
 from r3edge.core.errors import InvalidInput, NotFound, R3EdgeError, require
 from r3edge.core.fileio import partial_dir, publish_dir
 from r3edge.core.scoring import PREFIX_HEADS, SCORER_FILE, Scorer, plan_batches
@@ -113,10 +113,71 @@ def _fused_encoder(lm, model, scorer: Scorer, example: tuple, out_path: Path, lo
         return None
 
 
-def _ort_runner(path: Path, threads: int | None):
+def validation_providers(name: str, artifact_dir: Path) -> list | None:
+    """Where variant ``name`` is checked: the CPU provider (None), or for a GPU-only preset
+    (``fp16-packed``) the CUDA provider as ``r3edge serve --device cuda`` opens it."""
+    preset = PRESETS.get(name)
+    if preset is None or not preset.packed:
+        return None
+    from r3edge.core.onnx_runtime import providers_for
+
+    return providers_for("cuda", name, artifact_dir)
+
+
+def _gpu_only_unbuildable(name: str, fp32_path: Path, scorer: Scorer, prefix_reuse: bool) -> str | None:
+    """Why a GPU-only variant (``fp16-packed``) cannot be built and checked here, or None (it can, or it
+    is not GPU-only): packing mode rewrites ONNX Runtime's fused attention, which an encoder student's
+    scoring graph and a cosine student's candidate graph have; its kernels run on the CUDA provider only."""
+    preset = PRESETS.get(name)
+    if preset is None or not preset.packed:
+        return None
+    import onnx
+
+    from r3edge.core.devices import gpu_visible
+    from r3edge.export.fusion import is_fused_encoder
+
+    if not is_fused_encoder(onnx.load(str(fp32_path), load_external_data=False)):
+        if scorer.spec.head == "cosine" and not prefix_reuse:
+            return f"{name} packs a cosine student's candidate graph: export with --prefix-reuse"
+        if scorer.spec.head != "cosine":
+            return (f"{name} packs ONNX Runtime's fused attention, which encoder and cosine students' graphs have; "
+                    f"this student's ({scorer.spec.head} head) has none")
+    if "CUDAExecutionProvider" not in require("onnxruntime", "export").get_available_providers() or not gpu_visible():
+        return (f"{name} runs on ONNX Runtime's CUDA provider only, so it is validated there: this machine has no "
+                "CUDA provider or no visible GPU; export it on the GPU machine (onnxruntime-gpu installed)")
+    return None
+
+
+def _packed_graphs(tmp: Path, names: list[str], quant: dict, report: dict, prefix_graphs: dict) -> list[str]:
+    """The graph files packing mode rewrote (the manifest's :data:`PACKED_GRAPHS`). A GPU-only variant whose
+    served graph (its candidate graph when it has prefix-reuse graphs, else its single graph) was not
+    packed is rejected here: it would be the fp16 variant under another name."""
+    packed = []
+    for name in list(names):
+        if not getattr(PRESETS.get(name), "packed", False):
+            continue
+        entry = prefix_graphs.get(name)
+        single = variant_file(name) if (quant.get(name) or {}).get("packing") else None
+        cand = entry["candidate"] if entry and report["prefix_reuse"][name].get(
+            "candidate_quantization", {}).get("packing") else None
+        if (cand if entry else single) is None:
+            report["rejected"][name] = {"check": "packing", "what": "packing mode found no fused attention in the "
+                                        "graph this variant would serve", "scheme": PRESETS[name].description}
+            names.remove(name)
+            report["variants"].pop(name, None)
+            report.get("prefix_reuse", {}).pop(name, None)
+            for p in [*_variant_files(tmp, name), *(_graph_files(tmp, entry["candidate"]) if entry else [])]:
+                p.unlink()
+            prefix_graphs.pop(name, None)
+            continue
+        packed += [f for f in (single, cand) if f]
+    return packed
+
+
+def _ort_runner(path: Path, threads: int | None, providers: list | None = None):
     from r3edge.core.onnx_runtime import open_session
 
-    sess = open_session(path, threads)
+    sess = open_session(path, threads, providers)
 
     def run(ids, mask):
         return sess.run([OUTPUT_NAME], {"input_ids": ids, "attention_mask": mask})[0]
@@ -129,7 +190,7 @@ def _variant_runner(name: str, path: Path, threads: int | None):
     """``run_batch`` over the variant's file in the runtime that will serve it (the parity gate's runner)."""
     preset = OV_PRESETS.get(name)
     if preset is None:
-        return _ort_runner(path, threads)
+        return _ort_runner(path, threads, validation_providers(name, path.parent))
     from r3edge.core.openvino_runtime import IrRunner, compile_ir
 
     return IrRunner(compile_ir(path, threads, preset.inference_precision))
@@ -207,6 +268,7 @@ def export_artifact(
     prefix_graphs = _export_prefix_reuse(lm, scorer, tmp, queries, docs, ref, opts, tol, report, stage,
                                          log) if opts.prefix_reuse else {}
     names = [n for n in opts.variants if n in report["variants"]]
+    packed = _packed_graphs(tmp, names, quant, report, prefix_graphs)
     manifest = {
         "variants": {n: variant_file(n) for n in names},
         "default": "fp32",
@@ -220,6 +282,7 @@ def export_artifact(
         **({OPENVINO: {n: {"inference_precision": OV_PRESETS[n].inference_precision} for n in names if n in OV_PRESETS}}
            if any(n in OV_PRESETS for n in names) else {}),
         **({PREFIX_GRAPHS: prefix_graphs} if prefix_graphs else {}),
+        **({PACKED_GRAPHS: packed} if packed else {}),
         "student": student_dir.resolve().name,  # a name for people; artifacts hold no local paths
         "r3edge_version": __version__,
         "torch_version": torch.__version__,
@@ -241,15 +304,17 @@ def _default_variant(opts: ExportOptions, tmp: Path, names: list[str], queries: 
                      report: dict, stage, log) -> tuple[str, str]:
     """``(default, why)``: ``--default-variant`` when given and built, else the fastest variant that
     passed, timed on this machine (:mod:`r3edge.export.default_variant`; its rows go to the report)."""
-    if opts.default in names:
+    cpu = [n for n in names if validation_providers(n, tmp) is None]  # the default is the CPU's
+    if opts.default in cpu:
         return opts.default, "named at export (--default-variant)"
     if opts.default is not None:
-        log(f"[export] WARNING: default variant {opts.default} was rejected; timing the others")
-    if len(names) == 1:
-        return names[0], "the only variant built"
+        log(f"[export] WARNING: default variant {opts.default} was rejected or does not run on the CPU; "
+            "timing the others")
+    if len(cpu) == 1:
+        return cpu[0], "the only variant built" if len(names) == 1 else "the only variant built that runs on the CPU"
     t0 = time.perf_counter()
-    invariance = {n: report["variants"][n]["batch_invariance_max_abs_score_diff"] for n in names}
-    default, why, report["default_variant"] = choose_default(tmp, names, queries, docs, invariance,
+    invariance = {n: report["variants"][n]["batch_invariance_max_abs_score_diff"] for n in cpu}
+    default, why, report["default_variant"] = choose_default(tmp, cpu, queries, docs, invariance,
                                                              threads=opts.threads, log=log)
     stage("default_variant_timing", t0)
     return default, why
@@ -296,6 +361,11 @@ def _build_variants(scorer: Scorer, opts: ExportOptions, tmp: Path, fp32_path: P
             quant[name] = build_ir(ov, fp32_path, path, feeds, log=log)
             stage(f"openvino_{name}", t0)
         elif name != "fp32":
+            why = _gpu_only_unbuildable(name, fp32_path, scorer, opts.prefix_reuse)
+            if why is not None:
+                report["rejected"][name] = {"check": "device", "what": why, "scheme": preset.description}
+                log(f"[export] variant {name} not built: {why}")
+                continue
             t0 = time.perf_counter()
             feeds = _calib_feeds(scorer, queries, docs) if PRESETS[name].calibrate_method else None
             quant[name] = quantize(PRESETS[name], fp32_path, path, feeds, log=log)
@@ -384,7 +454,8 @@ def _export_prefix_reuse(lm, scorer, tmp: Path, queries, docs, ref, opts: Export
                             calib_feeds() if ov_preset.calibrate else None, log=log)
             return entry, info, ir_prefix_runner(tmp, entry, scorer.spec.n_labels, opts.threads,
                                                  ov_preset.inference_precision)
-        return entry, info, ort_prefix_runner(tmp, entry, scorer.spec.n_labels, opts.threads)
+        return entry, info, ort_prefix_runner(tmp, entry, scorer.spec.n_labels, opts.threads,
+                                              validation_providers(name, tmp))
 
     def check(name: str, runner) -> dict:
         ov_preset = OV_PRESETS.get(name)

@@ -62,7 +62,9 @@ class ExportOptions(BaseModel):
     variants: tuple[str, ...] = Field(
         ("fp32", "int8"),
         description="comma-separated variants: fp32, int8 (static QDQ), int8-row (per-row dynamic), int8-smooth "
-        "(int8-row + SmoothQuant + GPTQ), int8-weight (weight-only), int8-dynamic, fp16, and OpenVINO IR: ov-fp32, "
+        "(int8-row + SmoothQuant + GPTQ), int8-weight (weight-only), int8-dynamic, fp16, fp16-packed (encoder and cosine "
+        "students, padding removed; built and validated only where ONNX Runtime's CUDA provider and a GPU are), and "
+        "OpenVINO IR: ov-fp32, "
         "ov-int8 (NNCF static int8); fp32 is always built; a quantized variant that fails its checks is left out and "
         "reported")
     default: str | None = Field(None, description="variant the server loads on the CPU when none is named (unset: the "

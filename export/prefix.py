@@ -190,10 +190,12 @@ def quantize_candidate_graph(preset: QuantPreset, out_dir: str | Path, fp32_entr
     return entry, info
 
 
-def ort_prefix_runner(artifact_dir: str | Path, entry: dict, n_labels: int, threads: int | None = None) -> OnnxPrefixRunner:
+def ort_prefix_runner(artifact_dir: str | Path, entry: dict, n_labels: int, threads: int | None = None,
+                      providers: list | None = None) -> OnnxPrefixRunner:
+    """The prefix and candidate graphs of ``entry`` in ONNX Runtime sessions on ``providers`` (the CPU's when None)."""
     from r3edge.core.onnx_runtime import open_session
 
-    return OnnxPrefixRunner(artifact_dir, entry, lambda path: open_session(path, threads), n_labels)
+    return OnnxPrefixRunner(artifact_dir, entry, lambda path: open_session(path, threads, providers), n_labels)
 
 
 def check_prefix_graphs(scorer: Scorer, runner, ref_logits: np.ndarray, queries: Sequence[str], docs: Sequence[str], *,

@@ -140,6 +140,10 @@ class QuantPreset:
     unsigned_gelu: bool = False
     #: per-row presets: round the weights by GPTQ on the calibration inputs instead of to nearest
     gptq: bool = False
+    #: fp16 presets: ONNX Runtime's packing mode on each fused encoder graph of the variant (:func:`_pack`;
+    #: the single graph of an encoder student, the candidate graph of a cosine student), whose kernels exist
+    #: on the CUDA provider only: the variant is validated and served there, never on the CPU
+    packed: bool = False
     #: the export's parity gate on max |Δ expected score| vs torch fp32, for schemes whose only error is float
     #: rounding (fp16); None: recorded, not gated (the int8 schemes: their error is the quantizer's, judged by
     #: fidelity runs, see r3edge.export.parity)
@@ -197,6 +201,14 @@ PRESETS: dict[str, QuantPreset] = {
         weights_only_matmuls=False, max_score_diff=FP16_MAX_SCORE_DIFF,
         description="fp16 weights and compute with fp32 inputs/outputs, fused for GPUs (BERT encoders: skip-LayerNorm "
         "too) and RMSNorm mean squares kept in fp32 (for GPUs; no gain on CPU)",
+    ),
+    "fp16-packed": QuantPreset(
+        "fp16-packed", "fp16", batch_invariant=True, activation_type="", weight_type="", calibrate_method="",
+        weights_only_matmuls=False, max_score_diff=FP16_MAX_SCORE_DIFF, packed=True,
+        description="fp16 (as above) in ONNX Runtime's packing mode, for encoder and cosine students on the CUDA "
+        "provider: padding is removed before the first attention and restored after the last layer, so a "
+        "micro-batch costs its real tokens, not batch x longest; the provider's own kernels (RemovePadding, "
+        "PackedMultiHeadAttention), so it is validated and served on a GPU only",
     ),
 }
 VARIANTS = ("fp32", *PRESETS)
@@ -723,10 +735,35 @@ def _drop_duplicate_nodes(model) -> int:
     return dropped
 
 
-def _to_fp16(fp32_path: Path, out_path: Path, external: bool) -> dict:
+def _pack(model) -> tuple:
+    """ONNX Runtime's packing mode (``onnxruntime.transformers.convert_to_packing_mode``) on a fused fp16
+    encoder graph, in place: ``RemovePadding`` before the first attention's projections (it reads each
+    row's length from the attention's key-padding lengths), ``PackedMultiHeadAttention`` for each
+    ``MultiHeadAttention``, ``RestorePadding`` after the last layer norm, so the pooling and the head
+    read ``[batch, sequence, hidden]`` again. Returns ``(model, op counts)``. Right padding only, which every encoder student uses.
+    Raises when the converter left the graph unpacked (it logs and returns on a graph it does not
+    recognise)."""
+    from onnxruntime.transformers.convert_to_packing_mode import PackingMode
+    from onnxruntime.transformers.onnx_model import OnnxModel
+
+    wrapped = OnnxModel(model)
+    PackingMode(wrapped).convert(use_symbolic_shape_infer=False)
+    ops = [n.op_type for n in wrapped.model.graph.node]
+    counts = {op: ops.count(op) for op in ("RemovePadding", "PackedMultiHeadAttention", "RestorePadding",
+                                           "MultiHeadAttention")}
+    if counts["RemovePadding"] != 1 or counts["RestorePadding"] != 1 or counts["MultiHeadAttention"]:
+        raise R3EdgeError(f"ONNX Runtime's packing mode left the fp16 graph unpacked ({counts})",
+                          "use the fp16 variant (padded); packing needs every attention to share one key-padding mask")
+    return wrapped.model, counts
+
+
+def _to_fp16(fp32_path: Path, out_path: Path, external: bool, packed: bool = False) -> dict:
     """The ``fp16`` variant of a scoring (or candidate) graph: ONNX Runtime's
     ``convert_float_to_float16(keep_io_types=True)``, after :func:`r3edge.export.fusion.fuse_for_gpu` on a
-    fused BERT graph, with the RMSNorm mean squares of a causal graph in fp32 (:func:`_rms_variance_nodes`).
+    fused BERT graph, with the RMSNorm mean squares of a causal graph in fp32 (:func:`_rms_variance_nodes`);
+    ``packed``: then in packing mode (:func:`_pack`, the ``fp16-packed`` variant) if it is a fused encoder
+    graph; ``info["packing"]`` says what packing did, None for a graph without fused attention to pack
+    (a causal student's, a cosine student's single graph), which stays plain fp16.
     The graph reads only the label rows of the LM head because the fp32 graph does (the conversion
     rewrites types, not structure). Raises if an input or output changed type: the server feeds int64 ids
     (and an fp32 query embedding) and reads fp32 logits."""
@@ -744,6 +781,8 @@ def _to_fp16(fp32_path: Path, out_path: Path, external: bool) -> dict:
     block = _rms_variance_nodes(model)
     model = convert_float_to_float16(model, keep_io_types=True, disable_shape_infer=True, node_block_list=block)
     info["repeated_nodes_dropped"] = _drop_duplicate_nodes(model)
+    if packed:
+        model, info["packing"] = _pack(model) if "gpu_fusion" in info else (model, None)
     if _io_types(model) != io:
         raise R3EdgeError(f"the fp16 graph of {fp32_path.name} changed its input/output types {io} -> {_io_types(model)}",
                           "convert with keep_io_types=True (inputs and outputs stay those of the fp32 graph)")
@@ -769,7 +808,7 @@ def quantize(
     t0 = time.perf_counter()
     info: dict = {"preset": preset.to_json()}
     if preset.kind == "fp16":
-        info.update(_to_fp16(fp32_path, out_path, _external(fp32_path)))
+        info.update(_to_fp16(fp32_path, out_path, _external(fp32_path), packed=preset.packed))
     elif preset.kind == "weight_only":
         import onnx
         from onnxruntime.quantization.matmul_nbits_quantizer import DefaultWeightOnlyQuantConfig, MatMulNBitsQuantizer

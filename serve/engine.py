@@ -174,6 +174,10 @@ class Engine:
         self.overflow = overflow
         self.workers = max(1, int(workers))
         self.prefix = getattr(runtime, "prefix", None) if prefix_reuse else None
+        # the runtime's served graph removes padding (fp16-packed): budgets count real tokens (plan_batches);
+        # its flag is for the path it serves, so the engine takes it only on that path
+        self.packed = bool(getattr(runtime, "packed", False)) and (self.prefix is not None) == (
+            getattr(runtime, "prefix", None) is not None)
         self._cond = threading.Condition()
         self._queue: deque[_Job] = deque()   # jobs with pending pairs, oldest first
         self._queued_pairs = 0
@@ -500,7 +504,8 @@ class Engine:
             if len(window) >= PLANNING_WINDOW:
                 break
         # window[0] is the oldest job's shortest pending pair: the batch that holds it runs now
-        plan = plan_batches([j.lengths[i] for j, i in window], self.max_batch_tokens, self.max_batch_size)
+        plan = plan_batches([j.lengths[i] for j, i in window], self.max_batch_tokens, self.max_batch_size,
+                            padded=not self.packed)
         chosen = [window[k] for k in next(b for b in plan if 0 in b)]
         taken: dict[_Job, set[int]] = {}
         for job, i in chosen:

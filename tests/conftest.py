@@ -7,6 +7,7 @@ import socket
 from pathlib import Path
 
 import pytest
+import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / "configs"
@@ -55,6 +56,18 @@ def tiny_student(tmp_path_factory):
     lm, scorer = create_student(load_yaml(TINY_STUDENT, StudentConfig))
     out = save_student(lm, scorer, tmp_path_factory.mktemp("student") / "student")
     return out
+
+
+def tiny_bi_config(tmp_path: Path, **train) -> Path:
+    """bert-tiny (random weights, real MiniLM tokenizer) as a biencoder student."""
+    raw = yaml.safe_load((CONFIGS / "student" / "bert-tiny.yaml").read_text())
+    raw["name"] = "bert-tiny-bi"
+    raw["model"]["kind"] = "biencoder"
+    raw["scorer"]["max_total_tokens"] = 180  # [CLS] q [SEP] [CLS] d [SEP]: 4 fixed tokens
+    raw["train"].update(train)
+    path = tmp_path / "bert-tiny-bi.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return path
 
 
 def free_port() -> int:

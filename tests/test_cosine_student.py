@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
-from conftest import CONFIGS, SAMPLE_QUERIES
+from conftest import CONFIGS, SAMPLE_QUERIES, tiny_bi_config
 from test_train import write_labels
 
 from r3edge.core.errors import R3EdgeError
@@ -22,18 +22,6 @@ QUERY = SAMPLE_QUERIES[0]["query"]
 DOCS = [c["text"] for q in SAMPLE_QUERIES for c in q["candidates"]] + [
     "مرحبا! QNB أفضل بنك 🏦 #doha", "ok", "  leading and trailing spaces  ",
 ]
-
-
-def tiny_bi_config(tmp_path: Path, **train) -> Path:
-    """bert-tiny (random weights, real MiniLM tokenizer) as a biencoder student."""
-    raw = yaml.safe_load((CONFIGS / "student" / "bert-tiny.yaml").read_text())
-    raw["name"] = "bert-tiny-bi"
-    raw["model"]["kind"] = "biencoder"
-    raw["scorer"]["max_total_tokens"] = 180  # [CLS] q [SEP] [CLS] d [SEP]: 4 fixed tokens
-    raw["train"].update(train)
-    path = tmp_path / "bert-tiny-bi.yaml"
-    path.write_text(yaml.safe_dump(raw))
-    return path
 
 
 def test_untrained_cosine_student_is_its_base_by_cosine():

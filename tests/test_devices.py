@@ -50,6 +50,20 @@ def test_a_gpu_gets_fp16_then_fp32_and_refuses_cpu_only_variants():
         assert exc.value.field == "variant" and "fp32" in exc.value.fix and "--device cpu" in exc.value.fix
 
 
+def test_a_gpu_prefers_fp16_packed_and_the_cpu_refuses_it():
+    """fp16-packed (packing mode: CUDA kernels only) is a GPU's first choice when the artifact has it; the
+    CPU keeps the manifest's default, and asked for it by name, refuses it naming the variants it can run."""
+    m = manifest()
+    m["variants"]["fp16-packed"] = "model.fp16-packed.onnx"
+    m["quantization"]["fp16-packed"] = {"kind": "fp16", "packed": True}
+    assert choose_variant(m, None, "cuda")[0] == "fp16-packed"
+    assert choose_variant(m, None, "cpu")[0] == "int8-smooth"
+    with pytest.raises(InvalidInput) as exc:
+        choose_variant(m, "fp16-packed", "cpu")
+    assert exc.value.field == "variant" and "--device cuda" in exc.value.fix
+    assert exc.value.fix.split("pick one of ")[1].startswith("fp32, int8-smooth, fp16, ov-int8")
+
+
 @needs_cpu_build
 def test_auto_is_the_cpu_here_and_says_why():
     assert resolve_device("auto") == ("cpu", f"auto: this onnxruntime build has no CUDA provider "

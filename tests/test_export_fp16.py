@@ -15,8 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import SAMPLE_QUERIES
-from test_cosine_student import tiny_bi_config
+from conftest import SAMPLE_QUERIES, tiny_bi_config
 
 pytestmark = pytest.mark.slow  # real models exported through torch
 
@@ -47,14 +46,16 @@ def _float_initializers(model) -> dict[int, int]:
 
 @pytest.fixture(scope="module")
 def cosine_artifact(tmp_path_factory) -> Path:
-    """bert-tiny as an untrained cosine student, exported fp32 + fp16 with its prefix-reuse graphs."""
+    """bert-tiny as an untrained cosine student, exported fp32 + fp16 (+ fp16-packed, which a machine without
+    the CUDA provider leaves out) with its prefix-reuse graphs."""
     from r3edge.core.config import StudentConfig, load_yaml
     from r3edge.export.onnx import export_artifact
     from r3edge.model.student import create_student, save_student
 
     tmp = tmp_path_factory.mktemp("fp16bi")
     student = save_student(*create_student(load_yaml(tiny_bi_config(tmp), StudentConfig)), tmp / "student")
-    return export_artifact(student, tmp / "artifact", variants=("fp32", "fp16"), prefix_reuse=True, **QUIET)
+    return export_artifact(student, tmp / "artifact", variants=("fp32", "fp16", "fp16-packed"), prefix_reuse=True,
+                           **QUIET)
 
 
 @pytest.fixture(scope="module")
@@ -90,7 +91,7 @@ def test_fp16_parity_is_gated_and_names_the_provider(cosine_artifact, causal_art
 
     for art, views in [(cosine_artifact, ("variants", "prefix_reuse")), (causal_artifact, ("variants",))]:
         report = json.loads((art / "export_report.json").read_text())
-        assert report["rejected"] == {}
+        assert set(report["rejected"]) <= {"fp16-packed"}  # built only where the CUDA provider runs it
         for view in views:
             rep = report[view]["fp16"]
             assert rep["validated_on"] == "CPUExecutionProvider"
@@ -181,3 +182,81 @@ def test_repeated_casts_of_an_older_fp16_converter_are_dropped_so_onnxruntime_lo
         None, {"x": np.array([1.5, -2.0], np.float32)})[0]
     np.testing.assert_array_equal(out, [3.0, -4.0])
     assert _drop_duplicate_nodes(model) == 0  # what onnxruntime 1.32's converter writes: nothing to drop
+
+
+CUDA_HERE = "CUDAExecutionProvider" in pytest.importorskip("onnxruntime").get_available_providers()
+
+
+def test_packing_mode_removes_the_padding_of_the_fused_fp16_graph(cosine_artifact, causal_artifact, tmp_path):
+    """fp16-packed's graph: ONNX Runtime's packing mode on the fused fp16 candidate graph. Padding goes before
+    the first attention and comes back after the last layer norm; every attention reads the packed tokens'
+    offsets and cumulative lengths; inputs and outputs stay the server's. Its kernels exist on the CUDA
+    provider only, so the CPU provider cannot load it (the variant is validated and served on a GPU). A
+    graph without fused attention (a causal student's; a cosine student's single graph) stays plain fp16,
+    and a student with no graph to pack is refused before any work, with the reason."""
+    from r3edge.core.errors import FormatError
+    from r3edge.core.onnx_runtime import open_session
+    from r3edge.core.scoring import Scorer
+    from r3edge.export.onnx import _gpu_only_unbuildable
+    from r3edge.export.quantize import _to_fp16
+
+    out = tmp_path / "candidate.fp16-packed.onnx"
+    info = _to_fp16(cosine_artifact / "candidate.fp32.onnx", out, False, packed=True)
+    g, g16 = _graph(out), _graph(cosine_artifact / "candidate.fp16.onnx")
+    assert _io(g) == _io(g16)
+    ops = [n.op_type for n in g.graph.node]
+    layers = [n.op_type for n in g16.graph.node].count("MultiHeadAttention")
+    assert layers >= 2 and "MultiHeadAttention" not in ops
+    assert info["packing"] == {"RemovePadding": 1, "PackedMultiHeadAttention": layers, "RestorePadding": 1,
+                               "MultiHeadAttention": 0}
+    remove = next(n for n in g.graph.node if n.op_type == "RemovePadding")
+    for att in (n for n in g.graph.node if n.op_type == "PackedMultiHeadAttention"):
+        assert list(att.input[4:6]) == list(remove.output[1:3])  # token_offset, cumulative_sequence_length
+    for art in (cosine_artifact, causal_artifact):
+        assert _to_fp16(art / "model.fp32.onnx", tmp_path / "plain.onnx", False, packed=True)["packing"] is None
+    causal = _gpu_only_unbuildable("fp16-packed", causal_artifact / "model.fp32.onnx", Scorer.load(causal_artifact), True)
+    assert "label_rows head" in causal and "has none" in causal
+    cosine = _gpu_only_unbuildable("fp16-packed", cosine_artifact / "model.fp32.onnx", Scorer.load(cosine_artifact), False)
+    assert "--prefix-reuse" in cosine
+    assert _gpu_only_unbuildable("fp16", causal_artifact / "model.fp32.onnx", Scorer.load(causal_artifact), False) is None
+    if not CUDA_HERE:
+        with pytest.raises(FormatError, match="RemovePadding"):
+            open_session(out)
+
+
+@pytest.mark.skipif(CUDA_HERE, reason="this onnxruntime build has the CUDA provider: fp16-packed is built here")
+def test_without_the_cuda_provider_fp16_packed_is_left_out_and_says_where_to_export_it(cosine_artifact):
+    report = json.loads((cosine_artifact / "export_report.json").read_text())
+    manifest = json.loads((cosine_artifact / "manifest.json").read_text())
+    rejected = report["rejected"]["fp16-packed"]
+    assert rejected["check"] == "device" and "export it on the GPU machine" in rejected["what"]
+    assert "fp16-packed" not in manifest["variants"] and "fp16-packed" not in manifest.get("prefix_graphs", {})
+    assert not list(cosine_artifact.glob("*fp16-packed*"))
+    assert manifest["default"] in ("fp32", "fp16")
+
+
+def test_a_packed_variant_whose_served_graph_was_not_packed_is_rejected_and_its_files_go(tmp_path):
+    """The manifest lists the graphs packing rewrote; a fp16-packed variant that would serve an unpacked graph
+    (its candidate graph when it has prefix-reuse graphs, else its single graph) is dropped, files and all:
+    it would be fp16 under another name."""
+    from r3edge.export.onnx import _packed_graphs
+
+    entry = {"prefix": "prefix.fp32.onnx", "candidate": "candidate.fp16-packed.onnx", "layers": 0}
+
+    def case(candidate_packing, single_packing=None):
+        for f in ("model.fp16-packed.onnx", "candidate.fp16-packed.onnx"):
+            (tmp_path / f).write_bytes(b"graph")
+        names = ["fp32", "fp16-packed"]
+        report = {"variants": {"fp32": {}, "fp16-packed": {}}, "rejected": {},
+                  "prefix_reuse": {"fp32": {}, "fp16-packed": {"candidate_quantization": {"packing": candidate_packing}}}}
+        prefix = {"fp32": {}, "fp16-packed": dict(entry)}
+        packed = _packed_graphs(tmp_path, names, {"fp16-packed": {"packing": single_packing}}, report, prefix)
+        return packed, names, report, prefix
+
+    packed, names, report, prefix = case({"RemovePadding": 1})  # a cosine student: the candidate graph packed
+    assert packed == ["candidate.fp16-packed.onnx"] and "fp16-packed" in names and not report["rejected"]
+    packed, names, report, prefix = case(None, {"RemovePadding": 1})  # served through the (unpacked) candidate graph
+    assert packed == [] and names == ["fp32"] and report["rejected"]["fp16-packed"]["check"] == "packing"
+    assert "fp16-packed" not in report["variants"] and "fp16-packed" not in prefix
+    assert not list(tmp_path.glob("*fp16-packed*"))
+

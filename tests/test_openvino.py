@@ -10,8 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import CONFIGS, SAMPLE_QUERIES
-from test_cosine_student import tiny_bi_config
+from conftest import CONFIGS, SAMPLE_QUERIES, tiny_bi_config
 from test_train import write_labels
 
 from r3edge.core.errors import FormatError, InvalidInput, NotFound

@@ -118,6 +118,17 @@ def test_plan_batches_respects_budget_and_covers_every_index():
             assert len(b) * max(lengths[i] for i in b) <= 200
 
 
+def test_plan_batches_of_a_packed_graph_budget_the_real_tokens():
+    """``padded=False`` (a graph that removes padding): a micro-batch holds pairs whose lengths sum to the
+    budget, where batch x longest would have split them."""
+    lengths = [10, 20, 30, 40, 100]
+    real = plan_batches(lengths, max_batch_tokens=200, max_batch_size=8, padded=False)
+    assert real == [[0, 1, 2, 3, 4]]  # 200 real tokens
+    assert len(plan_batches(lengths, max_batch_tokens=200, max_batch_size=8)) == 2  # padded: 5 x 100 > 200
+    assert plan_batches(lengths, max_batch_tokens=199, max_batch_size=8, padded=False) == [[0, 1, 2, 3], [4]]
+    assert plan_batches(lengths, max_batch_tokens=1000, max_batch_size=2, padded=False) == [[0, 1], [2, 3], [4]]
+
+
 def test_default_budget_follows_the_leading_provider():
     """CPU sessions get the budget measured fastest on CPU; a session led by a GPU provider gets the one that
     served faster on an H200 than a whole top-100 per micro-batch (GPU_MAX_BATCH_TOKENS): it cuts a top-100 of

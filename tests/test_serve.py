@@ -547,6 +547,52 @@ def test_the_engine_reads_the_runtimes_batch_budget_unless_one_is_configured(tin
     runtime.close()
 
 
+def test_a_packed_runtimes_budget_counts_real_tokens_not_batch_times_longest(tiny_artifact, tmp_path):
+    """A runtime whose graph removes padding itself (``packed``, the fp16-packed variant on a GPU) pays for
+    its real tokens, so the engine fills a micro-batch up to the budget in real tokens; a padded runtime's
+    budget counts batch x longest. Shown on a copy of the CPU artifact whose manifest lists its graph in
+    ``packed_graphs`` (what the runtime reads the flag from): one request, a budget between the two counts,
+    and the micro-batches the runtime is handed."""
+    import json
+    import shutil
+
+    from r3edge.core.artifact import PACKED_GRAPHS
+    from r3edge.core.runtime_loader import open_runtime
+    from r3edge.serve.engine import Engine
+    from r3edge.serve.metrics import ServeMetrics
+
+    art = tmp_path / "artifact"
+    shutil.copytree(tiny_artifact, art)
+    manifest = json.loads((art / "manifest.json").read_text())
+    docs = ["ok", "a short reply " * 3, "a longer reply that goes on " * 4, "the longest reply of them all " * 8]
+    calls = []
+    for packed in (False, True):
+        manifest[PACKED_GRAPHS] = ["model.fp32.onnx"] if packed else []
+        (art / "manifest.json").write_text(json.dumps(manifest))
+        runtime = open_runtime(art, "fp32", threads=1)
+        assert runtime.packed is packed
+        lengths = [len(e.input_ids) for e in runtime.scorer.encode_batch([QUERY] * len(docs), docs)]
+        budget = sum(lengths) + 1
+        assert len(docs) * max(lengths) > budget  # padded, the four cannot share one micro-batch
+        engine = Engine(runtime, ServeMetrics(), max_batch_tokens=budget, max_batch_size=64, max_batch_wait_s=0.0,
+                        max_queue_delay_s=5.0, max_concurrent_requests=8, max_candidates=10, overflow="truncate",
+                        workers=1)
+        engine.start()
+        seen = []
+        run = runtime.label_logits
+        runtime.label_logits = lambda ids, mask, run=run, seen=seen: seen.append(len(ids)) or run(ids, mask)
+        try:
+            scored = asyncio.run(engine.score(QUERY, docs))
+        finally:
+            engine.stop()
+            runtime.close()
+        assert len(scored.scores) == len(docs)
+        calls.append(seen)
+    padded, packed = calls
+    assert len(padded) >= 2 and sum(padded) == len(docs)
+    assert packed == [len(docs)]
+
+
 def test_two_workers_by_default_and_never_more_than_the_cpus(tiny_artifact, monkeypatch):
     from r3edge.serve import loading
     from r3edge.serve.config import ServeConfig

@@ -3,8 +3,9 @@
 What runs here (CPU, no TensorRT): the optimisation profile and the INT8 calibration batches derived
 from the scoring contract, and the typed error when ``tensorrt`` is absent. What runs only where the
 libraries import and a GPU is present, and skips with the reason otherwise: the TensorRT FP16 and INT8
-engine builds (r3edge.export.tensorrt) checked against ONNX Runtime's fp32 graph, and the fp16 ONNX
-variant on onnxruntime's CUDA provider. None of the GPU tests has run on r3edge's machines.
+engine builds (r3edge.export.tensorrt) checked against ONNX Runtime's fp32 graph, and the fp16 and
+fp16-packed ONNX variants on onnxruntime's CUDA provider (run by benchmarks/gpu/run.sh on a lent GPU
+machine; benchmarks/results/gpu-students-h200-second-run/ has the fp16 test's last pass there).
 """
 
 from __future__ import annotations
@@ -105,3 +106,38 @@ def test_fp16_variant_on_the_cuda_provider_scores_like_fp32(tiny_student, tmp_pa
     ref = score_pairs(fp16.scorer, OnnxRuntime(art, "fp32", device="cpu"), QUERIES, DOCS)
     probs = fp16.scorer.probabilities
     assert np.abs(probs(got) - probs(ref)).max() <= 0.02
+
+
+@pytest.mark.skipif(not _ort_cuda(), reason="onnxruntime has no CUDAExecutionProvider here (onnxruntime-gpu absent)")
+def test_fp16_packed_variant_on_the_cuda_provider_scores_like_fp32_in_one_micro_batch(tmp_path):
+    """A cosine student exported where the CUDA provider runs: fp16-packed is built, validated there, and
+    served there with a budget of real tokens; its scores stay within the fp16 gate of fp32's, with
+    padding removed and restored inside the graph (a pair's score does not depend on its batchmates'
+    lengths beyond fp16 noise)."""
+    import json
+
+    from conftest import tiny_bi_config
+
+    from r3edge.core.config import StudentConfig, load_yaml
+    from r3edge.core.fidelity import batch_invariance
+    from r3edge.core.onnx_runtime import OnnxRuntime
+    from r3edge.core.scoring import score_pairs
+    from r3edge.export.onnx import export_artifact
+    from r3edge.export.quantize import FP16_MAX_SCORE_DIFF
+    from r3edge.model.student import create_student, save_student
+
+    student = save_student(*create_student(load_yaml(tiny_bi_config(tmp_path), StudentConfig)), tmp_path / "student")
+    art = export_artifact(student, tmp_path / "art", variants=("fp32", "fp16-packed"), prefix_reuse=True,
+                          log=lambda *a, **k: None)
+    report = json.loads((art / "export_report.json").read_text())
+    assert "fp16-packed" not in report["rejected"], report["rejected"]
+    assert report["variants"]["fp16-packed"]["validated_on"] == "CUDAExecutionProvider"
+    packed = OnnxRuntime(art, "fp16-packed", device="cuda")
+    assert packed.packed and packed.providers[0] == "CUDAExecutionProvider"
+    probs = packed.scorer.probabilities
+    ref = score_pairs(packed.scorer, OnnxRuntime(art, "fp32", device="cpu"), QUERIES, DOCS)
+    for prefix in (packed.prefix, None):
+        got = score_pairs(packed.scorer, packed, QUERIES, DOCS, prefix=prefix)
+        assert np.abs(probs(got) - probs(ref)).max() <= FP16_MAX_SCORE_DIFF
+    assert batch_invariance(packed.scorer, None, QUERIES, DOCS, packed.prefix) <= FP16_MAX_SCORE_DIFF
+

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+from conftest import tiny_bi_config
 from safetensors.torch import load_file
-from test_cosine_student import tiny_bi_config
 from test_train import teacher_probs, write_labels
 
 from r3edge.cli import main

@@ -6,7 +6,8 @@ the artifact directory appears only when fp32 parity passed. Variants: fp32 (ref
 int8 (static QDQ, batch invariant, calibrated on --calib pairs), int8-row (per-row dynamic
 activation scales: batch invariant by construction, no calibration), int8-smooth (int8-row after
 SmoothQuant's per-channel factors from the --calib pairs), int8-dynamic (comparison only:
-scores depend on batchmates), fp16 (for GPUs). Encoder (BERT) students get ONNX Runtime's fused
+scores depend on batchmates), fp16 (for GPUs), fp16-packed (fp16 without padding, on ONNX
+Runtime's CUDA provider only: exported on the GPU machine). Encoder (BERT) students get ONNX Runtime's fused
 graph (r3edge.export.fusion) as fp32, which the quantized variants start from.
 """
 

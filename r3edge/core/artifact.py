@@ -48,6 +48,9 @@ RUNTIME_NAMES = ("onnxruntime", "openvino")
 #: Manifest key of the OpenVINO variants' settings: ``{variant: {"inference_precision": "f32"}}``, the
 #: precision the export's parity checks compiled the IR with (its weights are the ``.bin`` beside the ``.xml``).
 OPENVINO = "openvino"
+#: Manifest key: the graph files that remove padding themselves (ONNX Runtime's packing mode, the
+#: ``fp16-packed`` variant), whose micro-batches cost their real tokens (``Runtime.packed``). Absent: none.
+PACKED_GRAPHS = "packed_graphs"
 
 
 def cache_names(kind: str, layers: int) -> list[str]:
@@ -62,8 +65,11 @@ class Runtime(ABC):
 
     * ``scorer`` — :class:`r3edge.core.scoring.Scorer` loaded from the artifact (or student) directory.
     * ``name`` — short human label, e.g. ``"onnxruntime-cpu:int8"`` or ``"torch-cpu:fp32"``.
-    * ``max_batch_tokens``, ``max_batch_size`` — the padded-token budget and the pairs of one micro-batch
+    * ``max_batch_tokens``, ``max_batch_size`` — the token budget and the pairs of one micro-batch
       on the device it opened (:func:`r3edge.core.scoring.default_batch_limits`); the server's engine reads them.
+    * ``packed`` — the graph removes padding itself (the ``fp16-packed`` variant), so a micro-batch
+      costs its real tokens and the budget counts those (:func:`r3edge.core.scoring.plan_batches`),
+      not batch x longest.
     * ``device`` — where its session actually runs (``cpu``, ``cuda``, ``tensorrt``).
     * ``variant_reason`` — why this variant runs (set by :func:`r3edge.core.runtime_loader.open_runtime`:
       asked for, the GPU default, or the manifest's default with the reason the export recorded).
@@ -75,6 +81,7 @@ class Runtime(ABC):
     max_batch_size: int = DEFAULT_MAX_BATCH_SIZE
     device: str = "cpu"
     variant_reason: str = "opened directly"
+    packed: bool = False
 
     @abstractmethod
     def label_logits(self, input_ids: np.ndarray, attention_mask: np.ndarray) -> np.ndarray:

@@ -20,8 +20,10 @@ DEVICES: tuple[str, ...] = get_args(Device)
 #: Devices whose sessions run on a GPU provider of ONNX Runtime.
 GPU_DEVICES = ("cuda", "tensorrt")
 #: Variants a GPU serves when none is asked for, best first. The manifest's default is the fastest
-#: variant on the exporting CPU, usually an int8 one, which is not what a GPU should run.
-GPU_VARIANT_PREFERENCE = ("fp16", "fp32")
+#: variant on the exporting CPU, usually an int8 one, which is not what a GPU should run. fp16-packed
+#: leads because it computes only real tokens (docs/serving.md); it is built only when asked for, on a
+#: machine with the CUDA provider, and its speed against fp16 is not measured yet (benchmarks/gpu/).
+GPU_VARIANT_PREFERENCE = ("fp16-packed", "fp16", "fp32")
 #: Quantization kinds that run on the CPU provider only. ONNX Runtime's CUDA provider fails on the
 #: per-row variants' QuantizeLinear at run time ("Unsupported quantization type"; measured on an H200
 #: with the demo student's int8-smooth graph, issue 46), so a GPU session refuses them at start.
@@ -84,6 +86,12 @@ def choose_variant(manifest: dict[str, Any], variant: str | None, device: str) -
     else:
         name = manifest["default"]
         why = "the manifest's default" + (f": {manifest['default_reason']}" if manifest.get("default_reason") else "")
+    if device not in GPU_DEVICES and name in variants and _gpu_only(manifest, name):
+        cpu_ok = [v for v in variants if not _gpu_only(manifest, v)]
+        raise InvalidInput(f"variant {name!r} is in ONNX Runtime's packing mode, whose kernels (RemovePadding, "
+                           f"PackedMultiHeadAttention) exist on the CUDA provider only: it cannot be served on "
+                           f"device={device}", f"serve it with --device cuda, or pick one of {', '.join(cpu_ok)} "
+                           "with --variant", field="variant")
     if device in GPU_DEVICES and name in variants and not _gpu_can_run(manifest, name):
         what = ("an OpenVINO IR (OpenVINO serves on the CPU here)" if variant_runtime(manifest, name) != "onnxruntime"
                 else f"per-row dynamic int8 ({_kind(manifest, name)}), which ONNX Runtime's CUDA provider cannot run")
@@ -97,6 +105,11 @@ def choose_variant(manifest: dict[str, Any], variant: str | None, device: str) -
 def _kind(manifest: dict[str, Any], variant: str) -> str | None:
     """The quantization kind the export recorded for ``variant`` (None for fp32 and OpenVINO's f32 IR)."""
     return ((manifest.get("quantization") or {}).get(variant) or {}).get("kind")
+
+
+def _gpu_only(manifest: dict[str, Any], variant: str) -> bool:
+    """A packed variant (``fp16-packed``): its graph runs on the CUDA provider only."""
+    return bool(((manifest.get("quantization") or {}).get(variant) or {}).get("packed"))
 
 
 def _gpu_can_run(manifest: dict[str, Any], variant: str) -> bool:

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from r3edge.core.artifact import INPUT_NAMES, OUTPUT_NAME, Runtime, check_inputs, open_variant
+from r3edge.core.artifact import INPUT_NAMES, OUTPUT_NAME, PACKED_GRAPHS, Runtime, check_inputs, open_variant
 from r3edge.core.devices import resolve_device
 from r3edge.core.errors import FormatError, Unavailable, require
 from r3edge.core.onnx_prefix import OnnxPrefixRunner, prefix_files
@@ -33,7 +33,8 @@ def open_session(path: str | Path, threads: int | None = None, providers: list |
                  profile_prefix: str | None = None):
     """The ``InferenceSession`` every r3edge caller scores with (server, export parity, benchmarks):
     full graph optimisation minus :data:`DISABLED_OPTIMIZERS`, sequential execution, ``threads``
-    intra-op threads (ONNX Runtime's default when None)."""
+    intra-op threads (ONNX Runtime's default when None), on ``providers`` (the CPU's when None),
+    led by the first of them or an error (:func:`check_leading_provider`)."""
     ort = require("onnxruntime", "serve")
     opts = ort.SessionOptions()
     opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
@@ -51,10 +52,13 @@ def open_session(path: str | Path, threads: int | None = None, providers: list |
         opts.enable_profiling = True
         opts.profile_file_prefix = profile_prefix
     try:
-        return ort.InferenceSession(str(path), sess_options=opts, providers=providers or ["CPUExecutionProvider"],
-                                    disabled_optimizers=list(DISABLED_OPTIMIZERS))
+        session = ort.InferenceSession(str(path), sess_options=opts, providers=providers or ["CPUExecutionProvider"],
+                                       disabled_optimizers=list(DISABLED_OPTIMIZERS))
     except Exception as exc:  # onnxruntime raises its own exception types
         raise FormatError(f"onnxruntime could not load {path}: {exc}", "re-run `r3edge export`") from exc
+    if providers:
+        check_leading_provider(providers, session.get_providers(), str(path))
+    return session
 
 
 #: The CUDA provider's options. ``sdpa_kernel`` 2 (ONNX Runtime's ``AttentionBackend.EFFICIENT_ATTENTION``)
@@ -67,7 +71,7 @@ def open_session(path: str | Path, threads: int | None = None, providers: list |
 CUDA_PROVIDER_OPTIONS = {"cudnn_conv_algo_search": "HEURISTIC", "do_copy_in_default_stream": True, "sdpa_kernel": "2"}
 
 
-def _providers(device: str, variant: str, artifact_dir: Path) -> list:
+def providers_for(device: str, variant: str, artifact_dir: Path) -> list:
     """Provider list for a device (``auto`` resolved by :func:`r3edge.core.devices.resolve_device`)."""
     device, _ = resolve_device(device)
     cpu = "CPUExecutionProvider"
@@ -125,14 +129,13 @@ class OnnxRuntime(Runtime):
         self.variant, self.model_path = opened.variant, opened.path
 
         self.threads = threads
-        providers = _providers(device, self.variant, self.artifact_dir)
+        providers = providers_for(device, self.variant, self.artifact_dir)
 
         def make_session(path: Path):
             return open_session(path, threads, providers, profile_prefix)
 
-        self.session = make_session(self.model_path)
+        self.session = make_session(self.model_path)  # on the provider asked for, or an error (open_session)
         self.providers = self.session.get_providers()
-        check_leading_provider(providers, self.providers, str(self.model_path))
         # what the session opened, not what was asked
         self.max_batch_tokens, self.max_batch_size = default_batch_limits(self.providers)
         self._check_contract()
@@ -146,6 +149,8 @@ class OnnxRuntime(Runtime):
             # Scoring goes through the prefix graphs; the single graph (checked above) is reopened only
             # if label_logits is called, so a server holds two copies of the weights, not three.
             self.session = None
+        served = self.model_path.name if self.prefix is None else entry["candidate"]
+        self.packed = served in (self.manifest.get(PACKED_GRAPHS) or ())
         self.device = "cpu" if self.providers[0] == "CPUExecutionProvider" else self.providers[0].replace("ExecutionProvider", "").lower()
         self.name = f"onnxruntime-{self.device}:{self.variant}"
 

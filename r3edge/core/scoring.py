@@ -570,25 +570,29 @@ def default_batch_limits(providers: Sequence[str]) -> tuple[int, int]:
 
 
 def plan_batches(
-    lengths: Sequence[int], max_batch_tokens: int, max_batch_size: int
+    lengths: Sequence[int], max_batch_tokens: int, max_batch_size: int, *, padded: bool = True
 ) -> list[list[int]]:
-    """Group indices into length-sorted micro-batches under a padded-token budget.
+    """Group indices into length-sorted micro-batches under a token budget.
 
     Sorting by length removes most padding (measured 2.4x on a top-100 here); the budget counts
-    padded tokens (batch size x longest member), which is what the kernels pay for. A single pair
-    longer than the budget still gets a batch of its own.
+    padded tokens (batch size x longest member), which is what the kernels pay for, or with
+    ``padded=False`` the real tokens, which is what a packed graph pays for (``Runtime.packed``).
+    A single pair longer than the budget still gets a batch of its own.
     """
     if max_batch_tokens <= 0 or max_batch_size <= 0:
         raise InvalidInput("max_batch_tokens and max_batch_size must be positive", "set both > 0")
     order = sorted(range(len(lengths)), key=lambda i: lengths[i])
     batches: list[list[int]] = []
     cur: list[int] = []
+    real = 0
     for i in order:
         # sorted ascending, so the newcomer is the longest member
-        if cur and ((len(cur) + 1) * lengths[i] > max_batch_tokens or len(cur) >= max_batch_size):
+        cost = real + lengths[i] if not padded else (len(cur) + 1) * lengths[i]
+        if cur and (cost > max_batch_tokens or len(cur) >= max_batch_size):
             batches.append(cur)
-            cur = []
+            cur, real = [], 0
         cur.append(i)
+        real += lengths[i]
     if cur:
         batches.append(cur)
     return batches
