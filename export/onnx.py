@@ -375,7 +375,7 @@ def _build_variants(scorer: Scorer, opts: ExportOptions, tmp: Path, fp32_path: P
             rep = check_variant(
                 name, scorer, _variant_runner(name, path, opts.threads), ref, queries, docs,
                 exact=name == "fp32" or (ov is not None and ov.exact), batch_invariant=preset.batch_invariant if preset else True, tol=tol,
-                max_score_diff=getattr(preset, "max_score_diff", None),
+                max_score_diff=getattr(preset, "max_score_diff", None), batch_tol=getattr(preset, "batch_tol", None),
             )
         except ParityError as exc:
             if name == "fp32":
@@ -464,7 +464,8 @@ def _export_prefix_reuse(lm, scorer, tmp: Path, queries, docs, ref, opts: Export
         return check_prefix_graphs(scorer, runner, ref, queries, docs, tol=tol, variant=f"{name} (prefix reuse)",
                                    single=_variant_runner(name, tmp / variant_file(name), opts.threads),
                                    exact=exact, batch_invariant=scheme.batch_invariant if scheme else True,
-                                   max_score_diff=getattr(scheme, "max_score_diff", None))
+                                   max_score_diff=getattr(scheme, "max_score_diff", None),
+                                   batch_tol=getattr(scheme, "batch_tol", None))
 
     built = [n for n in opts.variants if n in report["variants"] and (n in PRESETS or n in OV_PRESETS)]
     for name in ["fp32", *built]:

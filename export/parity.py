@@ -167,6 +167,7 @@ def check_variant(
     prefix=None,
     got: np.ndarray | None = None,
     max_score_diff: float | None = None,
+    batch_tol: float | None = None,
 ) -> dict:
     """Score the pairs with ``run`` (or the prefix-reuse graphs of ``prefix``), compare with the
     torch reference, raise on a hard failure.
@@ -174,7 +175,8 @@ def check_variant(
     ``exact`` (fp32): logits must match to ``tol.atol``. ``batch_invariant``: the scheme claims
     a pair's score does not depend on its batchmates, so that is enforced too. ``got``: the same
     scoring, when the caller already has it (micro-batches of 8). ``max_score_diff`` (the preset's, for
-    fp16): max |Δ expected score| allowed vs torch.
+    fp16): max |Δ expected score| allowed vs torch. ``batch_tol`` (the preset's, for a variant checked on a
+    GPU): the batch-invariance limit instead of ``tol.quant_batch_tol``.
     """
     if got is None:
         got = score_pairs(scorer, run, queries, docs, max_batch_size=8, prefix=prefix)
@@ -200,7 +202,7 @@ def check_variant(
             f"pairs (on {report['validated_on']})",
             "the variant's graph is broken (an overflow, a misplaced cast); do not serve it",
         )
-    limit = tol.fp32_batch_tol if exact else tol.quant_batch_tol
+    limit = tol.fp32_batch_tol if exact else batch_tol if batch_tol is not None else tol.quant_batch_tol
     if batch_invariant and report["batch_invariance_max_abs_score_diff"] > limit:
         raise BatchInvarianceError(
             variant,

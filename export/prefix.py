@@ -200,17 +200,19 @@ def ort_prefix_runner(artifact_dir: str | Path, entry: dict, n_labels: int, thre
 
 def check_prefix_graphs(scorer: Scorer, runner, ref_logits: np.ndarray, queries: Sequence[str], docs: Sequence[str], *,
                         single: Callable | None = None, tol: Tolerances = Tolerances(), variant: str = "prefix",
-                        exact: bool = True, batch_invariant: bool = True, max_score_diff: float | None = None) -> dict:
+                        exact: bool = True, batch_invariant: bool = True, max_score_diff: float | None = None,
+                        batch_tol: float | None = None) -> dict:
     """Two-graph scores vs the torch single graph (``ref_logits``): raise :class:`ParityError` on a miss
     (:func:`r3edge.export.parity.check_variant`'s checks, through the prefix path).
 
     ``single``, if given, is the exported single graph's runner (of the same variant); the report then
     also holds the difference to it (what a server switching paths would see). ``max_score_diff``: the
-    variant preset's score gate (fp16), as for its single graph.
+    variant preset's score gate (fp16), and ``batch_tol`` its batch-invariance limit, as for its single graph.
     """
     got = score_pairs(scorer, None, queries, docs, max_batch_size=8, prefix=runner)
     report = check_variant(variant, scorer, None, ref_logits, queries, docs, exact=exact,
-                           batch_invariant=batch_invariant, tol=tol, prefix=runner, got=got, max_score_diff=max_score_diff)
+                           batch_invariant=batch_invariant, tol=tol, prefix=runner, got=got, max_score_diff=max_score_diff,
+                           batch_tol=batch_tol)
     if single is not None:
         report["max_abs_logit_diff_vs_single_graph"] = float(
             np.abs(score_pairs(scorer, single, queries, docs, max_batch_size=8) - got).max())

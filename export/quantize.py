@@ -148,6 +148,9 @@ class QuantPreset:
     #: rounding (fp16); None: recorded, not gated (the int8 schemes: their error is the quantizer's, judged by
     #: fidelity runs, see r3edge.export.parity)
     max_score_diff: float | None = None
+    #: the batch-invariance limit (max |Δ score| of a pair alone vs in a batch) when it is not the export's
+    #: default (``Tolerances.quant_batch_tol``): a variant validated on a GPU's fp16 kernels
+    batch_tol: float | None = None
     description: str = ""
 
     def __post_init__(self):
@@ -168,6 +171,13 @@ class QuantPreset:
 #: ONNX Runtime runs each op without an fp16 CPU kernel in fp32 behind inserted Casts, so a CPU pass is a
 #: check of the graph, not of a GPU's fp16 kernels: the report names the provider (``validated_on``).
 FP16_MAX_SCORE_DIFF = 0.02
+#: The batch-invariance limit of a variant validated on the CUDA provider's fp16 kernels (fp16-packed). GPU
+#: kernels pick their reduction order by shape, so a pair's fp16 score moves a little with its batchmates: on the
+#: H200 the fp16 variant's max |Δ score| of a pair alone against among its top-100 was 5.0e-4 (the SemEval
+#: student) and 1.3e-3 (the demo's), above the CPU variants' 1e-3 (benchmarks/results/gpu-students-h200-second-run).
+#: 5e-3 gates what the check is for (padding or positions handled wrongly moves scores by tenths) and records
+#: the rest (``batch_invariance_max_abs_score_diff`` in the report).
+FP16_GPU_BATCH_TOL = 5e-3
 
 PRESETS: dict[str, QuantPreset] = {
     "int8": QuantPreset(
@@ -204,7 +214,7 @@ PRESETS: dict[str, QuantPreset] = {
     ),
     "fp16-packed": QuantPreset(
         "fp16-packed", "fp16", batch_invariant=True, activation_type="", weight_type="", calibrate_method="",
-        weights_only_matmuls=False, max_score_diff=FP16_MAX_SCORE_DIFF, packed=True,
+        weights_only_matmuls=False, max_score_diff=FP16_MAX_SCORE_DIFF, packed=True, batch_tol=FP16_GPU_BATCH_TOL,
         description="fp16 (as above) in ONNX Runtime's packing mode, for encoder and cosine students on the CUDA "
         "provider: padding is removed before the first attention and restored after the last layer, so a "
         "micro-batch costs its real tokens, not batch x longest; the provider's own kernels (RemovePadding, "

@@ -125,6 +125,36 @@ def test_the_fp16_gate_rejects_scores_beyond_its_tolerance(causal_artifact):
                       max_score_diff=ok["max_abs_score_diff"] / 2)
 
 
+def test_a_gpu_validated_variant_has_its_own_batch_invariance_limit(causal_artifact):
+    """fp16-packed is checked on the CUDA provider, whose fp16 kernels move a pair's score with its batchmates by
+    ~1e-3 (the H200 runs): its preset carries a looser batch-invariance limit than the CPU variants' 1e-3, and the
+    gate applies it. Shown with a runner whose scores move by a set amount in a batch of more than one pair."""
+    from r3edge.core.fidelity import Tolerances, batch_invariance
+    from r3edge.core.onnx_runtime import OnnxRuntime
+    from r3edge.core.scoring import Scorer, score_pairs
+    from r3edge.export.parity import BatchInvarianceError, check_variant
+    from r3edge.export.quantize import FP16_GPU_BATCH_TOL, PRESETS
+
+    assert PRESETS["fp16-packed"].batch_tol == FP16_GPU_BATCH_TOL > Tolerances().quant_batch_tol
+    assert PRESETS["fp16"].batch_tol is None
+    scorer = Scorer.load(causal_artifact)
+    fp16 = OnnxRuntime(causal_artifact, "fp16", device="cpu")
+
+    def moving(ids, mask):
+        out = np.array(fp16(ids, mask), dtype=np.float32)
+        out[:, -1] += 0.01 if len(ids) > 1 else 0.0  # the top label's logit, in batches only
+        return out
+
+    moved = batch_invariance(scorer, moving, QUERIES, DOCS)
+    assert Tolerances().quant_batch_tol < moved < FP16_GPU_BATCH_TOL
+    ref = score_pairs(scorer, fp16, QUERIES, DOCS)
+    kw = {"exact": False, "batch_invariant": True, "max_score_diff": 0.02}
+    with pytest.raises(BatchInvarianceError):
+        check_variant("fp16", scorer, moving, ref, QUERIES, DOCS, **kw)
+    rep = check_variant("fp16-packed", scorer, moving, ref, QUERIES, DOCS, batch_tol=FP16_GPU_BATCH_TOL, **kw)
+    assert rep["batch_invariance_max_abs_score_diff"] == pytest.approx(moved)
+
+
 def test_causal_fp16_reads_only_the_label_rows_and_keeps_rmsnorm_in_fp32(causal_artifact, tiny_student):
     import onnx
 
