@@ -161,8 +161,10 @@ def _packed_graphs(tmp: Path, names: list[str], quant: dict, report: dict, prefi
         cand = entry["candidate"] if entry and report["prefix_reuse"][name].get(
             "candidate_quantization", {}).get("packing") else None
         if (cand if entry else single) is None:
-            report["rejected"][name] = {"check": "packing", "what": "packing mode found no fused attention in the "
-                                        "graph this variant would serve", "scheme": PRESETS[name].description}
+            info = report["prefix_reuse"][name].get("candidate_quantization", {}) if entry else quant.get(name) or {}
+            why = info.get("packing_error") or "packing mode found no fused attention in it"
+            report["rejected"][name] = {"check": "packing", "what": f"the graph this variant would serve is not packed: "
+                                        f"{why}", "scheme": PRESETS[name].description}
             names.remove(name)
             report["variants"].pop(name, None)
             report.get("prefix_reuse", {}).pop(name, None)

@@ -750,9 +750,9 @@ def _pack(model) -> tuple:
     encoder graph, in place: ``RemovePadding`` before the first attention's projections (it reads each
     row's length from the attention's key-padding lengths), ``PackedMultiHeadAttention`` for each
     ``MultiHeadAttention``, ``RestorePadding`` after the last layer norm, so the pooling and the head
-    read ``[batch, sequence, hidden]`` again. Returns ``(model, op counts)``. Right padding only, which every encoder student uses.
-    Raises when the converter left the graph unpacked (it logs and returns on a graph it does not
-    recognise)."""
+    read ``[batch, sequence, hidden]`` again. Right padding only, which every encoder student uses.
+    Returns ``(model, op counts)``; raises when the converter left the graph unpacked (it logs and
+    returns on a graph it does not recognise)."""
     from onnxruntime.transformers.convert_to_packing_mode import PackingMode
     from onnxruntime.transformers.onnx_model import OnnxModel
 
@@ -773,7 +773,8 @@ def _to_fp16(fp32_path: Path, out_path: Path, external: bool, packed: bool = Fal
     fused BERT graph, with the RMSNorm mean squares of a causal graph in fp32 (:func:`_rms_variance_nodes`);
     ``packed``: then in packing mode (:func:`_pack`, the ``fp16-packed`` variant) if it is a fused encoder
     graph; ``info["packing"]`` says what packing did, None for a graph without fused attention to pack
-    (a causal student's, a cosine student's single graph), which stays plain fp16.
+    (a causal student's, a cosine student's single graph) or one the converter left unpacked
+    (``info["packing_error"]`` says why), which stays plain fp16.
     The graph reads only the label rows of the LM head because the fp32 graph does (the conversion
     rewrites types, not structure). Raises if an input or output changed type: the server feeds int64 ids
     (and an fp32 query embedding) and reads fp32 logits."""
@@ -792,7 +793,12 @@ def _to_fp16(fp32_path: Path, out_path: Path, external: bool, packed: bool = Fal
     model = convert_float_to_float16(model, keep_io_types=True, disable_shape_infer=True, node_block_list=block)
     info["repeated_nodes_dropped"] = _drop_duplicate_nodes(model)
     if packed:
-        model, info["packing"] = _pack(model) if "gpu_fusion" in info else (model, None)
+        info["packing"] = None
+        if "gpu_fusion" in info:
+            try:
+                model, info["packing"] = _pack(model)
+            except R3EdgeError as exc:  # the variant is then rejected (r3edge.export.onnx), not the export
+                info["packing_error"] = exc.what
     if _io_types(model) != io:
         raise R3EdgeError(f"the fp16 graph of {fp32_path.name} changed its input/output types {io} -> {_io_types(model)}",
                           "convert with keep_io_types=True (inputs and outputs stay those of the fp32 graph)")

@@ -217,7 +217,7 @@ def test_repeated_casts_of_an_older_fp16_converter_are_dropped_so_onnxruntime_lo
 CUDA_HERE = "CUDAExecutionProvider" in pytest.importorskip("onnxruntime").get_available_providers()
 
 
-def test_packing_mode_removes_the_padding_of_the_fused_fp16_graph(cosine_artifact, causal_artifact, tmp_path):
+def test_packing_mode_removes_the_padding_of_the_fused_fp16_graph(cosine_artifact, causal_artifact, tmp_path, monkeypatch):
     """fp16-packed's graph: ONNX Runtime's packing mode on the fused fp16 candidate graph. Padding goes before
     the first attention and comes back after the last layer norm; every attention reads the packed tokens'
     offsets and cumulative lengths; inputs and outputs stay the server's. Its kernels exist on the CUDA
@@ -244,6 +244,13 @@ def test_packing_mode_removes_the_padding_of_the_fused_fp16_graph(cosine_artifac
         assert list(att.input[4:6]) == list(remove.output[1:3])  # token_offset, cumulative_sequence_length
     for art in (cosine_artifact, causal_artifact):
         assert _to_fp16(art / "model.fp32.onnx", tmp_path / "plain.onnx", False, packed=True)["packing"] is None
+    # a fused graph the converter leaves unpacked: plain fp16 and the reason, so the export rejects the variant
+    # (r3edge.export.onnx._packed_graphs) instead of failing
+    from onnxruntime.transformers.convert_to_packing_mode import PackingMode
+
+    monkeypatch.setattr(PackingMode, "convert", lambda self, **kw: None)
+    left = _to_fp16(cosine_artifact / "candidate.fp32.onnx", tmp_path / "left.onnx", False, packed=True)
+    assert left["packing"] is None and "left the fp16 graph unpacked" in left["packing_error"]
     causal = _gpu_only_unbuildable("fp16-packed", causal_artifact / "model.fp32.onnx", Scorer.load(causal_artifact), True)
     assert "label_rows head" in causal and "has none" in causal
     cosine = _gpu_only_unbuildable("fp16-packed", cosine_artifact / "model.fp32.onnx", Scorer.load(cosine_artifact), False)
@@ -287,6 +294,7 @@ def test_a_packed_variant_whose_served_graph_was_not_packed_is_rejected_and_its_
     assert packed == ["candidate.fp16-packed.onnx"] and "fp16-packed" in names and not report["rejected"]
     packed, names, report, prefix = case(None, {"RemovePadding": 1})  # served through the (unpacked) candidate graph
     assert packed == [] and names == ["fp32"] and report["rejected"]["fp16-packed"]["check"] == "packing"
+    assert "no fused attention" in report["rejected"]["fp16-packed"]["what"]
     assert "fp16-packed" not in report["variants"] and "fp16-packed" not in prefix
     assert not list(tmp_path.glob("*fp16-packed*"))
 
