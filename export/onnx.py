@@ -113,11 +113,15 @@ def _fused_encoder(lm, model, scorer: Scorer, example: tuple, out_path: Path, lo
         return None
 
 
+def _gpu_only(name: str) -> bool:
+    """Whether variant ``name`` runs on the CUDA provider only (a packed preset: ``fp16-packed``)."""
+    return getattr(PRESETS.get(name), "packed", False)
+
+
 def validation_providers(name: str, artifact_dir: Path) -> list | None:
     """Where variant ``name`` is checked: the CPU provider (None), or for a GPU-only preset
     (``fp16-packed``) the CUDA provider as ``r3edge serve --device cuda`` opens it."""
-    preset = PRESETS.get(name)
-    if preset is None or not preset.packed:
+    if not _gpu_only(name):
         return None
     from r3edge.core.onnx_runtime import providers_for
 
@@ -128,12 +132,11 @@ def _gpu_only_unbuildable(name: str, fp32_path: Path, scorer: Scorer, prefix_reu
     """Why a GPU-only variant (``fp16-packed``) cannot be built and checked here, or None (it can, or it
     is not GPU-only): packing mode rewrites ONNX Runtime's fused attention, which an encoder student's
     scoring graph and a cosine student's candidate graph have; its kernels run on the CUDA provider only."""
-    preset = PRESETS.get(name)
-    if preset is None or not preset.packed:
+    if not _gpu_only(name):
         return None
     import onnx
 
-    from r3edge.core.devices import gpu_visible
+    from r3edge.core.devices import resolve_device
     from r3edge.export.fusion import is_fused_encoder
 
     if not is_fused_encoder(onnx.load(str(fp32_path), load_external_data=False)):
@@ -142,7 +145,7 @@ def _gpu_only_unbuildable(name: str, fp32_path: Path, scorer: Scorer, prefix_reu
         if scorer.spec.head != "cosine":
             return (f"{name} packs ONNX Runtime's fused attention, which encoder and cosine students' graphs have; "
                     f"this student's ({scorer.spec.head} head) has none")
-    if "CUDAExecutionProvider" not in require("onnxruntime", "export").get_available_providers() or not gpu_visible():
+    if resolve_device("auto")[0] != "cuda":  # the CUDA provider and a visible GPU, as `--device auto` decides
         return (f"{name} runs on ONNX Runtime's CUDA provider only, so it is validated there: this machine has no "
                 "CUDA provider or no visible GPU; export it on the GPU machine (onnxruntime-gpu installed)")
     return None
@@ -154,15 +157,14 @@ def _packed_graphs(tmp: Path, names: list[str], quant: dict, report: dict, prefi
     packed is rejected here: it would be the fp16 variant under another name."""
     packed = []
     for name in list(names):
-        if not getattr(PRESETS.get(name), "packed", False):
+        if not _gpu_only(name):
             continue
         entry = prefix_graphs.get(name)
-        single = variant_file(name) if (quant.get(name) or {}).get("packing") else None
-        cand = entry["candidate"] if entry and report["prefix_reuse"][name].get(
-            "candidate_quantization", {}).get("packing") else None
-        if (cand if entry else single) is None:
-            info = report["prefix_reuse"][name].get("candidate_quantization", {}) if entry else quant.get(name) or {}
-            why = info.get("packing_error") or "packing mode found no fused attention in it"
+        single = (variant_file(name), quant.get(name) or {})
+        cand = (entry["candidate"], report["prefix_reuse"][name].get("candidate_quantization") or {}) if entry else None
+        served = cand or single
+        if not served[1].get("packing"):
+            why = served[1].get("packing_error") or "packing mode found no fused attention in it"
             report["rejected"][name] = {"check": "packing", "what": f"the graph this variant would serve is not packed: "
                                         f"{why}", "scheme": PRESETS[name].description}
             names.remove(name)
@@ -172,7 +174,7 @@ def _packed_graphs(tmp: Path, names: list[str], quant: dict, report: dict, prefi
                 p.unlink()
             prefix_graphs.pop(name, None)
             continue
-        packed += [f for f in (single, cand) if f]
+        packed += [f for f, info in filter(None, (single, cand)) if info.get("packing")]
     return packed
 
 
@@ -306,7 +308,7 @@ def _default_variant(opts: ExportOptions, tmp: Path, names: list[str], queries: 
                      report: dict, stage, log) -> tuple[str, str]:
     """``(default, why)``: ``--default-variant`` when given and built, else the fastest variant that
     passed, timed on this machine (:mod:`r3edge.export.default_variant`; its rows go to the report)."""
-    cpu = [n for n in names if validation_providers(n, tmp) is None]  # the default is the CPU's
+    cpu = [n for n in names if not _gpu_only(n)]  # the default is the CPU's
     if opts.default in cpu:
         return opts.default, "named at export (--default-variant)"
     if opts.default is not None:
