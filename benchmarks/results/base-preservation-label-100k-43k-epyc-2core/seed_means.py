@@ -27,7 +27,7 @@ MIXED = TRAINED + ", base_interpolation 0.4"
 #: arm -> one results file per seed (seed order), each with the student as trained and re-mixed at 0.4
 ARMS = {
     "6.7k (C train)": ["results-6.7k-seed0.json", "results-6.7k-seed1.json", "results-6.7k-seed2.json"],
-    "42.8k (shards 0+1)": ["results-paired.json", "results-seed1.json"],
+    "42.8k (shards 0+1)": ["results-paired.json", "results-seed1.json", "results-seed2.json"],
 }
 SETS = ("C dev", "B dev", "A dev", "demo held-back (UGC)")
 
