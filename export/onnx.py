@@ -348,6 +348,17 @@ def _export_fp32_graph(lm, model, scorer: Scorer, queries: list[str], docs: list
     return fusion
 
 
+def _parity_gates(name: str) -> dict:
+    """The gates the parity check applies to variant ``name``, from its preset (fp32 has none and must be exact):
+    one home for the check of its single graph and of its prefix-reuse graphs, which must gate alike."""
+    ov = OV_PRESETS.get(name)
+    scheme = ov or PRESETS.get(name)  # None for fp32
+    return {"exact": ov.exact if ov else scheme is None,
+            "batch_invariant": scheme.batch_invariant if scheme else True,
+            "max_score_diff": getattr(scheme, "max_score_diff", None),
+            "batch_tol": getattr(scheme, "batch_tol", None)}
+
+
 def _build_variants(scorer: Scorer, opts: ExportOptions, tmp: Path, fp32_path: Path, queries: list[str],
                     docs: list[str], ref, tol: Tolerances, report: dict, stage, log) -> dict:
     """Quantize each variant from the fp32 graph and check it against torch; returns the
@@ -377,9 +388,7 @@ def _build_variants(scorer: Scorer, opts: ExportOptions, tmp: Path, fp32_path: P
         t0 = time.perf_counter()
         try:
             rep = check_variant(
-                name, scorer, _variant_runner(name, path, opts.threads), ref, queries, docs,
-                exact=name == "fp32" or (ov is not None and ov.exact), batch_invariant=preset.batch_invariant if preset else True, tol=tol,
-                max_score_diff=getattr(preset, "max_score_diff", None), batch_tol=getattr(preset, "batch_tol", None),
+                name, scorer, _variant_runner(name, path, opts.threads), ref, queries, docs, tol=tol, **_parity_gates(name),
             )
         except ParityError as exc:
             if name == "fp32":
@@ -462,14 +471,9 @@ def _export_prefix_reuse(lm, scorer, tmp: Path, queries, docs, ref, opts: Export
                                               validation_providers(name, tmp))
 
     def check(name: str, runner) -> dict:
-        ov_preset = OV_PRESETS.get(name)
-        scheme = PRESETS.get(name) or ov_preset  # None for fp32
-        exact = ov_preset.exact if ov_preset else scheme is None
         return check_prefix_graphs(scorer, runner, ref, queries, docs, tol=tol, variant=f"{name} (prefix reuse)",
                                    single=_variant_runner(name, tmp / variant_file(name), opts.threads),
-                                   exact=exact, batch_invariant=scheme.batch_invariant if scheme else True,
-                                   max_score_diff=getattr(scheme, "max_score_diff", None),
-                                   batch_tol=getattr(scheme, "batch_tol", None))
+                                   **_parity_gates(name))
 
     built = [n for n in opts.variants if n in report["variants"] and (n in PRESETS or n in OV_PRESETS)]
     for name in ["fp32", *built]:
