@@ -55,6 +55,12 @@ TOP_K = 10
 #: (benchmarks/results/gpu-students-h200-second-run); served beside the default so each run measures both again
 GPU_WHOLE_TOP100_LIMITS = {"max_batch_tokens": 32768, "max_batch_size": 128}
 PACKED = "fp16-packed"
+#: the causal student's served limits beside the default (r3edge.core.scoring.GPU_MAX_BATCH_TOKENS, set on the MiniLM
+#: students): a whole top-100 per micro-batch, as the second H200 run served it (267.5 ms; its pairs were 82-259
+#: tokens, so the one micro-batch was padded to 100 x 259), and half the default's tokens, where length-sorted
+#: micro-batches pad less (``_causal_tokens`` records the padded tokens of each per run)
+CAUSAL_LIMITS = {"a whole top-100 per micro-batch": GPU_WHOLE_TOP100_LIMITS,
+                 "half the default's tokens": {"max_batch_tokens": 4096, "max_batch_size": 64}}
 GOALS = {"p50_ms_c1": 6.0, "speedup_vs_torch": 1.5, "top10_overlap": 0.98, "ndcg_delta": 0.005, "causal_p50_ms": 150.0}
 
 
@@ -195,10 +201,10 @@ def _parity(queries, ref_scores: dict, got_scores: dict, ref_logits=None, got_lo
 
 
 def _served(art: Path, variant: str, device: str, queries, scorer, args, label: str, env: dict | None = None,
-            **limits) -> dict:
+            concurrency: tuple[int, ...] = (1, 16), **limits) -> dict:
     """One variant served by a child ``r3edge serve --device`` (``limits``: more of its flags, e.g.
     ``max_batch_tokens``; ``env``: more of its environment): every candidate's probabilities (top_k=0, also the
-    warm-up), then closed-loop load at concurrency 1 and 16."""
+    warm-up), then closed-loop load at each of ``concurrency``."""
     from r3edge.api.client import RerankerClient
     from r3edge.benchmarks.load import collect_probs, run_load
     from r3edge.benchmarks.systems import serve_artifact
@@ -216,7 +222,7 @@ def _served(art: Path, variant: str, device: str, queries, scorer, args, label: 
                               for q in queries}
             row["_argmax"] = {q.qid: [int(np.argmax(probs[(q.qid, c.docid)])) for c in q.candidates] for q in queries}
             slow = device == "cpu" and not args.smoke
-            for conc in (1, 16):
+            for conc in concurrency:
                 n = (args.cpu_requests if slow else args.requests) * (2 if conc > 1 else 1)
                 load = run_load(target, queries, max(n, conc), conc, top_k=TOP_K, progress=False)
                 row[f"c{conc}"] = {"latency_ms": load["latency_ms"], "pairs_per_s": load["pairs_per_s"],
@@ -471,15 +477,15 @@ def causal_part(work: Path, queries, device: str, args) -> dict:
     # fp16 named the default: the export then skips timing the variants on the CPU (170 s of a 530 s export of this
     # shape on 2 AVX2 cores, benchmarks/results/export-1p5b-cpu-2core), which a GPU server would not use
     art = export_artifact(student, work / "artifact-causal", variants=("fp32", "fp16"), max_calib=4, default="fp16",
-                          log=lambda *a, **k: None)
+                          prefix_reuse=args.causal_prefix_reuse, log=lambda *a, **k: None)
+    report = json.loads((art / "export_report.json").read_text())
     part: dict = {"student": f"{name} (random weights, seeded: the packaged Qwen2.5-Coder-1.5B GGUF's parts are ~1.1 GB "
                   "and cannot travel to the GPU machine)" if not args.smoke else f"{name} (smoke)",
-                  "export_s": round(time.perf_counter() - t0, 1),
-                  "export_rejected": json.loads((art / "export_report.json").read_text())["rejected"]}
+                  "export_s": round(time.perf_counter() - t0, 1), "export_timings_s": report["timings_s"],
+                  "export_rejected": report["rejected"]}
     scorer = Scorer.load(art)
-    enc = scorer.encode_batch([q.query for q in queries[:1] for _ in q.candidates], [c.text for c in queries[0].candidates])
-    part["pair_tokens"] = {"min": min(len(e.input_ids) for e in enc), "max": max(len(e.input_ids) for e in enc)}
-    rows = [_served(art, "fp16", device, queries[:2], scorer, args, f"served fp16, {device}")]
+    part["pair_tokens"] = _causal_tokens(scorer, queries[:2])
+    rows = _causal_served(art, scorer, queries[:2], device, args)
     bf16 = torch.bfloat16 if device.startswith("cuda") else torch.float32  # smoke: bf16 is emulated on most CPUs
     m = lm.to(device=device, dtype=bf16).eval()
     fn = lm_score_fn(m, scorer, **_one_call(scorer))
@@ -493,15 +499,64 @@ def causal_part(work: Path, queries, device: str, args) -> dict:
               for t in _ms(lambda q=q, t_=t_: (fn([q] * len(t_), t_), torch.cuda.synchronize() if device.startswith("cuda") else None), 1)]
     row["c1"] = _row(ms, float(np.mean([len(t) for _, t in texts])))
     rows.append(row)
-    if "_scores" in rows[0]:  # served fp16 against the in-process torch row (random weights: close scores, a loose check)
-        rows[0]["parity_vs_torch"] = _parity(queries[:2], ref, rows[0]["_scores"])
+    for r in rows:  # each served row against the in-process torch row (random weights: close scores, a loose check)
+        if r.get("variant") and "_scores" in r:
+            r["parity_vs_torch"] = _parity(queries[:2], ref, r["_scores"])
     for r in rows:
         for k in ("_scores", "_argmax"):
             r.pop(k, None)
     part["systems"] = rows
+    # the goal is read on what `r3edge serve --device cuda` does with this artifact and no flags (the first row);
+    # the other served rows say which of its levers moved it
     p = _p50(rows[0])
-    part["goals"] = {"p50_ms_c1": p, "met": p is not None and p <= GOALS["causal_p50_ms"]}
+    fastest = min((r for r in rows if r.get("variant") and _p50(r) is not None), key=_p50, default=None)
+    part["goals"] = {"p50_ms_c1": p, "met": p is not None and p <= GOALS["causal_p50_ms"],
+                     "fastest_served": fastest and {"system": fastest["system"], "p50_ms_c1": _p50(fastest)}}
     return part
+
+
+def _causal_tokens(scorer, queries) -> dict:
+    """Each request's pair lengths in the causal template, and the padded tokens its micro-batches cost at the
+    limits the causal rows are served at (``plan_batches``, the engine's own planner): the second H200 run served
+    the first list (11,841 real tokens) as one micro-batch of 25,900 padded tokens. On the prefix-reuse path a
+    micro-batch holds only the pairs' suffixes, after the request's shared prefix."""
+    from r3edge.core.scoring import GPU_MAX_BATCH_SIZE, GPU_MAX_BATCH_TOKENS, plan_batches
+
+    limits = {"default": (GPU_MAX_BATCH_TOKENS, GPU_MAX_BATCH_SIZE),
+              **{name: (lim["max_batch_tokens"], lim["max_batch_size"]) for name, lim in CAUSAL_LIMITS.items()}}
+    out = []
+    for q in queries:
+        enc = scorer.encode_batch([q.query] * len(q.candidates), [c.text for c in q.candidates])
+        lengths = [len(e.input_ids) for e in enc]
+        prefix = len(os.path.commonprefix([list(e.input_ids) for e in enc]))
+        row = {"qid": q.qid, "min": min(lengths), "max": max(lengths), "real": sum(lengths), "shared_prefix": prefix}
+        for name, (tokens, size) in limits.items():
+            for path, lens in (("", lengths), ("suffix_", [n - prefix for n in lengths])):
+                batches = plan_batches(lens, tokens, size)
+                row[f"{path}padded_{name}"] = [len(batches), sum(len(b) * max(lens[i] for i in b) for b in batches)]
+        out.append(row)
+    return {"requests": out}
+
+
+def _causal_served(art: Path, scorer, queries, device: str, args) -> list[dict]:
+    """The causal student's served fp16 rows: first as ``r3edge serve --device`` serves it without flags (prefix
+    reuse on when the artifact has its graphs), then the single graph at the default limits and at
+    :data:`CAUSAL_LIMITS` (at concurrency 1 only: at 16, admission by expected wait refused 77 of 80 such
+    requests in the second H200 run)."""
+    from r3edge.core.artifact import PREFIX_GRAPHS
+
+    prefix = "fp16" in json.loads((art / "manifest.json").read_text()).get(PREFIX_GRAPHS, {})
+    rows = [_served(art, "fp16", device, queries, scorer, args,
+                    f"served fp16, {device}" + (", prefix reuse (the served default)" if prefix else ""))]
+    single = {"prefix_reuse": "false"} if prefix else {}
+    if prefix:
+        rows.append(_served(art, "fp16", device, queries, scorer, args, f"served fp16, {device}, single graph",
+                            concurrency=(1,), **single))
+    for name, limits in CAUSAL_LIMITS.items():
+        rows.append(_served(art, "fp16", device, queries, scorer, args,
+                            f"served fp16, {device}, single graph, {name} ({limits['max_batch_tokens']:,} tokens, "
+                            f"{limits['max_batch_size']} pairs)", concurrency=(1,), **single, **limits))
+    return rows
 
 
 def _gpu_name(device: str) -> str:
@@ -623,6 +678,20 @@ def report_md(d: dict) -> str:
             tok = part["tokenise_ms_p50_in_process"]
             lines.append(f"- tokenising a top-100 in this process (Scorer.encode_batch, p50): {_fmt(tok['threads'], 2)} ms "
                          f"with the tokenizer's threads, {_fmt(tok['one_thread'], 2)} ms on one thread")
+        reqs = (part.get("pair_tokens") or {}).get("requests") or []
+        if reqs:  # the causal part: what each request's micro-batches cost in padded tokens, per served limits
+            names = [k[len("padded_"):] for k in reqs[0] if k.startswith("padded_")]
+            lines += ["Tokens of each request in the causal template: real, and padded in the micro-batches that "
+                      "`plan_batches` makes at each limit (micro-batches / padded tokens; suffix = after the shared "
+                      "prefix, what the prefix-reuse path scores).", "",
+                      "| request | pairs' tokens | shared prefix | real | "
+                      + " | ".join(f"{n} | suffix, {n}" for n in names) + " |",
+                      "|---|---|---:|---:|" + "---:|" * (2 * len(names))]
+            for q in reqs:
+                cells = " | ".join(f"{q['padded_' + n][0]} / {q['padded_' + n][1]:,} | "
+                                   f"{q['suffix_padded_' + n][0]} / {q['suffix_padded_' + n][1]:,}" for n in names)
+                lines.append(f"| {q['qid']} | {q['min']}-{q['max']} | {q['shared_prefix']} | {q['real']:,} | {cells} |")
+            lines.append("")
         for bi in part.get("batch_invariance", []):
             lines.append(f"- batch invariance, {bi.get('variant')} on {bi.get('device')}: "
                          + (f"max |dScore| {bi['max_abs_score_diff']:.2e} over {bi['pairs']} pairs ({bi['providers'][0]})"
@@ -654,9 +723,13 @@ def main(argv=None) -> int:
     r.add_argument("--reps", type=int, default=1, help="timed passes of the in-process systems over --max-requests")
     r.add_argument("--budget-s", type=float, default=500.0)
     r.add_argument("--part-min-s", type=float, default=60.0)
-    r.add_argument("--causal-min-s", type=float, default=300.0,
-                   help="start the causal part only with this much budget left: its export is ~250 s there (estimated "
-                        "from 351 s on 2 AVX2 cores, benchmarks/results/export-1p5b-cpu-2core), then two requests")
+    r.add_argument("--causal-min-s", type=float, default=360.0,
+                   help="start the causal part only with this much budget left: its export took 235 s on the H200 "
+                        "machine, its first served row and the torch row 35 s more (benchmarks/results/"
+                        "gpu-students-h200-second-run), and it now serves three more rows at concurrency 1")
+    r.add_argument("--causal-prefix-reuse", action="store_true",
+                   help="export the causal student with its prefix-reuse graphs too and serve them (the served default "
+                        "then); the export's time on the GPU machine grows (see benchmarks/gpu/README.md)")
     r.add_argument("--pytest-json", help="run.sh's summary of the GPU tests, folded into results.json")
     r.add_argument("--smoke", action="store_true")
     args = ap.parse_args(argv)

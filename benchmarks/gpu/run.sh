@@ -7,6 +7,7 @@
 #                                      # the missing wheels with --no-deps --target, then measure into $OUT
 #   bash benchmarks/gpu/run.sh part causal        # one part alone (causal, student:demo or student:semeval), while
 #                                                 # the machine that ran `bench` is held: a part `bench` had no budget for
+#   CAUSAL_PREFIX_REUSE=1 bash benchmarks/gpu/run.sh part causal  # the same, the causal student also by prefix reuse
 #   bash benchmarks/gpu/run.sh probe              # ../shared/probes/gpu_graphs.py on the demo artifact exported there
 #   SMOKE=1 bash benchmarks/gpu/run.sh bench   # here, on the CPU, after SMOKE=1 prepare.sh: the same steps, tiny models
 #
@@ -46,10 +47,12 @@ gpu_env() {
   enter_scratch "$R3GPU"
 }
 
-# bench_run FLAGS...: bench_gpu.py's `run` on this machine's stage, work folder and device (after gpu_env)
+# bench_run FLAGS...: bench_gpu.py's `run` on this machine's stage, work folder and device (after gpu_env);
+# CAUSAL_PREFIX_REUSE=1 exports the causal student with its prefix-reuse graphs too (a longer export: README.md)
 bench_run() {
+  local causal=(); [ "${CAUSAL_PREFIX_REUSE:-0}" = 1 ] && causal=(--causal-prefix-reuse)
   "$PY" "$REPO/benchmarks/gpu/bench_gpu.py" run --stage "$R3GPU/stage" --out "$OUT" --work "$R3GPU/work" --device "$DEVICE" \
-    "${SMOKE_FLAG[@]}" "$@"
+    "${SMOKE_FLAG[@]}" "${causal[@]}" "$@"
 }
 
 part() {  # one part alone (its name in $1), on a machine where `bench` already installed everything (still held)
@@ -87,7 +90,7 @@ bench() {
   "$PY" -m pip install -q --no-index --no-deps --no-build-isolation --no-compile --upgrade --target "$R3GPU/site" . || exit 7
   gpu_env
   # The recommended SemEval student first (the goals are read on it), then the GPU tests, then the causal
-  # part (its export needs ~300 s), then the demo student with whatever budget is left.
+  # part (its export and served rows, ~360 s), then the demo student with whatever budget is left.
   bench_run --parts student:semeval --budget-s $((BUDGET_S - SECONDS - 360)) 2>&1 | tee "$OUT/students.log" | grep -v "^\s*$" | tail -40
 
   # The tests that skip without a GPU (reasons listed with -rs): the CUDA provider's fp16 parity and the device
