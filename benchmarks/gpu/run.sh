@@ -8,10 +8,11 @@
 #   bash benchmarks/gpu/run.sh part causal        # one part alone (causal, student:demo or student:semeval), while
 #                                                 # the machine that ran `bench` is held: a part `bench` had no budget for
 #   CAUSAL_PREFIX_REUSE=1 bash benchmarks/gpu/run.sh part causal  # the same, the causal student also by prefix reuse
+#   bash benchmarks/gpu/run.sh tests              # the GPU tests alone, when `bench` had no budget left for them
 #   bash benchmarks/gpu/run.sh probe              # ../shared/probes/gpu_graphs.py on the demo artifact exported there
 #   SMOKE=1 bash benchmarks/gpu/run.sh bench   # here, on the CPU, after SMOKE=1 prepare.sh: the same steps, tiny models
 #
-# The bench step keeps to BUDGET_S (default 480 s) in all: the SemEval student, the GPU tests, the causal part, then the
+# The bench step keeps to BUDGET_S (default 480 s) in all: the SemEval student, the causal part, the GPU tests, then the
 # demo student (each skipped, and recorded as not run, when too little time is left).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -77,25 +78,11 @@ probe() {  # the shared probe ../shared/probes/gpu_graphs.py on the demo artifac
 source benchmarks/gpu/bundle.sh
 take() { take_piece "$CARRY" "$R3GPU"; }
 
-bench() {
-  take
-  assemble_bundle "$R3GPU"
-  if [ "$SMOKE" != 1 ]; then
-    check_ort_wheel "$R3GPU/stage/wheels" || exit 5
-    # --target: nothing of the image's own environment changes; PYTHONPATH puts these first (its CPU onnxruntime
-    # stays installed but is shadowed by onnxruntime-gpu's module of the same name)
-    "$PY" -m pip install -q --no-index --no-deps --no-compile --upgrade --target "$R3GPU/site" "$R3GPU"/stage/wheels/*.whl || exit 6
-  fi
-  # r3edge itself as a real (not editable) install in both modes, so the smoke runs what the GPU machine runs
-  "$PY" -m pip install -q --no-index --no-deps --no-build-isolation --no-compile --upgrade --target "$R3GPU/site" . || exit 7
-  gpu_env
-  # The recommended SemEval student first (the issue's goals are read on it), then the GPU tests, then the causal
-  # part (its export and served rows, ~360 s), then the demo student with whatever budget is left.
-  bench_run --parts student:semeval --budget-s $((BUDGET_S - SECONDS - 360)) 2>&1 | tee "$OUT/students.log" | grep -v "^\s*$" | tail -40
-
-  # The tests that skip without a GPU (reasons listed with -rs): the CUDA provider's fp16 parity and the device
-  # selection; in smoke mode they run and skip as they do in CI.
-  local tests_s=$(( BUDGET_S - SECONDS - 310 ))
+# gpu_tests SECONDS: the tests that skip without a GPU (reasons listed with -rs): the CUDA provider's fp16 parity and
+# the device selection; in smoke mode they run and skip as they do in CI. Summarised into $R3GPU/gpu-tests.json,
+# which the next bench_run folds into results.json (--pytest-json); not run with 30 s or less.
+gpu_tests() {
+  local tests_s=$1
   if [ "$tests_s" -gt 30 ]; then
     timeout "$tests_s" "$PY" -m pytest -q -rs -p no:cacheprovider "$REPO/tests/test_tensorrt.py" "$REPO/tests/test_devices.py" -k "cuda or gpu or tensorrt" \
       --junitxml "$R3GPU/gpu-tests.xml" > "$OUT/gpu-tests.log" 2>&1
@@ -117,9 +104,35 @@ EOF
   else
     echo "{\"not_run\": \"budget: ${tests_s} s left\"}" > "$R3GPU/gpu-tests.json"
   fi
-  bench_run --parts causal --pytest-json "$R3GPU/gpu-tests.json" --budget-s $((BUDGET_S - SECONDS)) 2>&1 \
-    | tee "$OUT/causal.log" | grep -v "^\s*$" | tail -60
-  bench_run --parts student:demo --budget-s $((BUDGET_S - SECONDS)) 2>&1 | tee "$OUT/demo.log" | grep -v "^\s*$" | tail -30
+}
+
+tests() {  # the GPU tests alone, on a machine where `bench` already installed everything (still held)
+  gpu_env
+  gpu_tests "$BUDGET_S"
+  bench_run --parts none --pytest-json "$R3GPU/gpu-tests.json" --budget-s 60 > /dev/null 2>&1
+  grep -A3 "^## gpu_tests" "$OUT/report.md"
+}
+
+bench() {
+  take
+  assemble_bundle "$R3GPU"
+  if [ "$SMOKE" != 1 ]; then
+    check_ort_wheel "$R3GPU/stage/wheels" || exit 5
+    # --target: nothing of the image's own environment changes; PYTHONPATH puts these first (its CPU onnxruntime
+    # stays installed but is shadowed by onnxruntime-gpu's module of the same name)
+    "$PY" -m pip install -q --no-index --no-deps --no-compile --upgrade --target "$R3GPU/site" "$R3GPU"/stage/wheels/*.whl || exit 6
+  fi
+  # r3edge itself as a real (not editable) install in both modes, so the smoke runs what the GPU machine runs
+  "$PY" -m pip install -q --no-index --no-deps --no-build-isolation --no-compile --upgrade --target "$R3GPU/site" . || exit 7
+  gpu_env
+  # The recommended SemEval student first (the issue's goals are read on it), then the causal part (its export and
+  # served rows, ~360 s), then the GPU tests and the demo student with whatever budget is left (`run.sh tests` and
+  # `run.sh part student:demo` run them in a call of their own when it was not enough).
+  bench_run --parts student:semeval --budget-s $((BUDGET_S - SECONDS - 360)) 2>&1 | tee "$OUT/students.log" | grep -v "^\s*$" | tail -40
+  bench_run --parts causal --budget-s $((BUDGET_S - SECONDS)) 2>&1 | tee "$OUT/causal.log" | grep -v "^\s*$" | tail -60
+  gpu_tests $(( BUDGET_S - SECONDS - 60 ))
+  bench_run --parts student:demo --pytest-json "$R3GPU/gpu-tests.json" --budget-s $((BUDGET_S - SECONDS)) 2>&1 \
+    | tee "$OUT/demo.log" | grep -v "^\s*$" | tail -30
   echo "bench step: ${SECONDS} s; results in $OUT"
 }
 
@@ -128,5 +141,6 @@ case "${1:-}" in
   bench) bench ;;
   part) part "${2:-}" ;;
   probe) probe ;;
-  *) echo "usage: run.sh take|bench|part NAME|probe" >&2; exit 2 ;;
+  tests) tests ;;
+  *) echo "usage: run.sh take|bench|part NAME|tests|probe" >&2; exit 2 ;;
 esac
