@@ -75,3 +75,25 @@ def test_bf16_auto_is_one_decision_for_loading_sft_and_student_training(monkeypa
     assert loading.native_bf16() is native
     assert loading.torch_dtype("auto") == (torch.bfloat16 if native else torch.float32)
     assert use_bf16("auto") is native and use_bf16(True) is True and use_bf16(False) is False
+
+
+@pytest.mark.parametrize("config", ["qwen2-tiny", "minilm-cqa-bi-rank-wise", "bert-tiny"])
+def test_student_scorer_is_the_trained_students_scorer_without_building_a_model(config, monkeypatch):
+    """Counting a student's tokens (benchmarks/scripts/padding.py) reads the scorer that training, export and
+    serving use, so the counts are the served student's; and it builds no model (a 1.5B one takes GBs)."""
+    from conftest import CONFIGS
+
+    import r3edge.model.student as student
+    from r3edge.core.config import StudentConfig, load_yaml
+
+    cfg = load_yaml(CONFIGS / "student" / f"{config}.yaml", StudentConfig)
+    _, trained = student.create_student(cfg)
+
+    def no_model(*a, **k):
+        raise AssertionError("student_scorer built a model")
+
+    monkeypatch.setattr(student, "load_model", no_model)
+    scorer = student.student_scorer(cfg)
+    assert scorer.spec == trained.spec and scorer.spec.fingerprint() == trained.spec.fingerprint()
+    pairs = (["a question about banks in Doha"] * 2, ["Commercial bank", "a longer comment " * 20])
+    assert [e.input_ids for e in scorer.encode_batch(*pairs)] == [e.input_ids for e in trained.encode_batch(*pairs)]

@@ -56,9 +56,9 @@ TOP_K = 10
 GPU_WHOLE_TOP100_LIMITS = {"max_batch_tokens": 32768, "max_batch_size": 128}
 PACKED = "fp16-packed"
 #: the causal student's served limits beside the default (r3edge.core.scoring.GPU_MAX_BATCH_TOKENS, set on the MiniLM
-#: students): a whole top-100 per micro-batch, as the second H200 run served it (267.5 ms; its pairs were 82-259
-#: tokens, so the one micro-batch was padded to 100 x 259), and half the default's tokens, where length-sorted
-#: micro-batches pad less (``_causal_tokens`` records the padded tokens of each per run)
+#: students): a whole top-100 per micro-batch, as the second H200 run served it (267.5 ms), and half the default's
+#: tokens, where length-sorted micro-batches pad less (the two lists' padded tokens at each limit:
+#: benchmarks/results/padding-semeval-c-dev-causal-epyc-2core)
 CAUSAL_LIMITS = {"a whole top-100 per micro-batch": GPU_WHOLE_TOP100_LIMITS,
                  "half the default's tokens": {"max_batch_tokens": 4096, "max_batch_size": 64}}
 GOALS = {"p50_ms_c1": 6.0, "speedup_vs_torch": 1.5, "top10_overlap": 0.98, "ndcg_delta": 0.005, "causal_p50_ms": 150.0}
@@ -484,7 +484,8 @@ def causal_part(work: Path, queries, device: str, args) -> dict:
                   "export_s": round(time.perf_counter() - t0, 1), "export_timings_s": report["timings_s"],
                   "export_rejected": report["rejected"]}
     scorer = Scorer.load(art)
-    part["pair_tokens"] = _causal_tokens(scorer, queries[:2])
+    enc = scorer.encode_batch([q.query for q in queries[:1] for _ in q.candidates], [c.text for c in queries[0].candidates])
+    part["pair_tokens"] = {"min": min(len(e.input_ids) for e in enc), "max": max(len(e.input_ids) for e in enc)}
     rows = _causal_served(art, scorer, queries[:2], device, args)
     bf16 = torch.bfloat16 if device.startswith("cuda") else torch.float32  # smoke: bf16 is emulated on most CPUs
     m = lm.to(device=device, dtype=bf16).eval()
@@ -513,29 +514,6 @@ def causal_part(work: Path, queries, device: str, args) -> dict:
     part["goals"] = {"p50_ms_c1": p, "met": p is not None and p <= GOALS["causal_p50_ms"],
                      "fastest_served": fastest and {"system": fastest["system"], "p50_ms_c1": _p50(fastest)}}
     return part
-
-
-def _causal_tokens(scorer, queries) -> dict:
-    """Each request's pair lengths in the causal template, and the padded tokens its micro-batches cost at the
-    limits the causal rows are served at (``plan_batches``, the engine's own planner): the second H200 run served
-    the first list (11,841 real tokens) as one micro-batch of 25,900 padded tokens. On the prefix-reuse path a
-    micro-batch holds only the pairs' suffixes, after the request's shared prefix."""
-    from r3edge.core.scoring import GPU_MAX_BATCH_SIZE, GPU_MAX_BATCH_TOKENS, plan_batches
-
-    limits = {"default": (GPU_MAX_BATCH_TOKENS, GPU_MAX_BATCH_SIZE),
-              **{name: (lim["max_batch_tokens"], lim["max_batch_size"]) for name, lim in CAUSAL_LIMITS.items()}}
-    out = []
-    for q in queries:
-        enc = scorer.encode_batch([q.query] * len(q.candidates), [c.text for c in q.candidates])
-        lengths = [len(e.input_ids) for e in enc]
-        prefix = len(os.path.commonprefix([list(e.input_ids) for e in enc]))
-        row = {"qid": q.qid, "min": min(lengths), "max": max(lengths), "real": sum(lengths), "shared_prefix": prefix}
-        for name, (tokens, size) in limits.items():
-            for path, lens in (("", lengths), ("suffix_", [n - prefix for n in lengths])):
-                batches = plan_batches(lens, tokens, size)
-                row[f"{path}padded_{name}"] = [len(batches), sum(len(b) * max(lens[i] for i in b) for b in batches)]
-        out.append(row)
-    return {"requests": out}
 
 
 def _causal_served(art: Path, scorer, queries, device: str, args) -> list[dict]:
@@ -678,20 +656,6 @@ def report_md(d: dict) -> str:
             tok = part["tokenise_ms_p50_in_process"]
             lines.append(f"- tokenising a top-100 in this process (Scorer.encode_batch, p50): {_fmt(tok['threads'], 2)} ms "
                          f"with the tokenizer's threads, {_fmt(tok['one_thread'], 2)} ms on one thread")
-        reqs = (part.get("pair_tokens") or {}).get("requests") or []
-        if reqs:  # the causal part: what each request's micro-batches cost in padded tokens, per served limits
-            names = [k[len("padded_"):] for k in reqs[0] if k.startswith("padded_")]
-            lines += ["Tokens of each request in the causal template: real, and padded in the micro-batches that "
-                      "`plan_batches` makes at each limit (micro-batches / padded tokens; suffix = after the shared "
-                      "prefix, what the prefix-reuse path scores).", "",
-                      "| request | pairs' tokens | shared prefix | real | "
-                      + " | ".join(f"{n} | suffix, {n}" for n in names) + " |",
-                      "|---|---|---:|---:|" + "---:|" * (2 * len(names))]
-            for q in reqs:
-                cells = " | ".join(f"{q['padded_' + n][0]} / {q['padded_' + n][1]:,} | "
-                                   f"{q['suffix_padded_' + n][0]} / {q['suffix_padded_' + n][1]:,}" for n in names)
-                lines.append(f"| {q['qid']} | {q['min']}-{q['max']} | {q['shared_prefix']} | {q['real']:,} | {cells} |")
-            lines.append("")
         for bi in part.get("batch_invariance", []):
             lines.append(f"- batch invariance, {bi.get('variant')} on {bi.get('device')}: "
                          + (f"max |dScore| {bi['max_abs_score_diff']:.2e} over {bi['pairs']} pairs ({bi['providers'][0]})"

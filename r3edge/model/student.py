@@ -262,8 +262,9 @@ def vocab_size(model: nn.Module) -> int:
     return (model.get_input_embeddings() if emb is None else emb).weight.shape[0]
 
 
-def create_student(config: StudentConfig) -> tuple[nn.Module, Scorer]:
-    """A fresh student (pretrained or random init) and the scorer spec it will be trained with."""
+def student_scorer(config: StudentConfig) -> Scorer:
+    """The scorer a student of ``config`` is trained, exported and served with (its tokenizer, template and token
+    budget), without building the model: what counting its tokens needs (benchmarks/scripts/padding.py)."""
     spec = config.model
     hf_tok = load_tokenizer(spec.tokenizer_ref)
     budget = config.scorer
@@ -275,7 +276,7 @@ def create_student(config: StudentConfig) -> tuple[nn.Module, Scorer]:
         template = build(hf_tok.cls_token, hf_tok.sep_token)
     else:
         template = PromptTemplate.chatml(budget.instruction or DEFAULT_INSTRUCTION)
-    scorer = Scorer.create(
+    return Scorer.create(
         hf_tok.backend_tokenizer,
         template,
         max_query_tokens=budget.max_query_tokens,
@@ -285,6 +286,12 @@ def create_student(config: StudentConfig) -> tuple[nn.Module, Scorer]:
         pad_token_id=hf_tok.pad_token_id,
         head=head,
     )
+
+
+def create_student(config: StudentConfig) -> tuple[nn.Module, Scorer]:
+    """A fresh student (pretrained or random init) and the scorer spec it will be trained with."""
+    scorer = student_scorer(config)
+    spec, budget, head = config.model, config.scorer, scorer.spec.head
     if head == "classifier":
         lm = load_model(spec, num_labels=scorer.spec.n_labels, id2label=dict(enumerate(scorer.spec.label_tokens)))
         positions = getattr(lm.config, "max_position_embeddings", None)
