@@ -460,29 +460,91 @@ def _student_goals(rows: list[dict], variant: str) -> dict:
     return goals
 
 
-def causal_part(work: Path, queries, device: str, args) -> dict:
-    """The Qwen2.5-1.5B shape (random weights, seeded) at fp16 served vs torch bf16 in process."""
+#: in ``--work``: what the causal student's export wrote (``export_causal``), and the pid of a background one
+CAUSAL_EXPORT, CAUSAL_EXPORT_PID = "causal-export.json", "causal-export.pid"
+
+
+def export_causal(work: Path, smoke: bool, prefix_reuse: bool) -> dict:
+    """Build the causal student (seeded random weights), export it into ``work`` and write what the causal part
+    reports of it to ``work/CAUSAL_EXPORT``. ``run.sh bench`` starts it first, as ``export-causal`` in a process
+    session of its own on 4 of the machine's cores, so its CPU minutes (235 s on the H200 machine in the second
+    run) overlap the MiniLM parts instead of following them; the causal part then waits for it."""
     import torch
 
     from r3edge.core.config import StudentConfig, load_yaml
-    from r3edge.core.scoring import Scorer
     from r3edge.export.onnx import export_artifact
-    from r3edge.model.student import create_student, lm_score_fn, save_student
+    from r3edge.model.student import create_student, save_student
 
-    name = SMOKE_CAUSAL if args.smoke else CAUSAL
+    name = SMOKE_CAUSAL if smoke else CAUSAL
     torch.manual_seed(0)
     t0 = time.perf_counter()
     lm, scorer = create_student(load_yaml(ROOT / "configs" / "student" / f"{name}.yaml", StudentConfig))
     student = save_student(lm, scorer, work / "student-causal")
+    del lm
     # fp16 named the default: the export then skips timing the variants on the CPU (170 s of a 530 s export of this
     # shape on 2 AVX2 cores, benchmarks/results/export-1p5b-cpu-2core), which a GPU server would not use
     art = export_artifact(student, work / "artifact-causal", variants=("fp32", "fp16"), max_calib=4, default="fp16",
-                          prefix_reuse=args.causal_prefix_reuse, log=lambda *a, **k: None)
+                          prefix_reuse=prefix_reuse, log=lambda *a, **k: None)
     report = json.loads((art / "export_report.json").read_text())
-    part: dict = {"student": f"{name} (random weights, seeded: the packaged Qwen2.5-Coder-1.5B GGUF's parts are ~1.1 GB "
-                  "and cannot travel to the GPU machine)" if not args.smoke else f"{name} (smoke)",
-                  "export_s": round(time.perf_counter() - t0, 1), "export_timings_s": report["timings_s"],
-                  "export_rejected": report["rejected"]}
+    rec = {"student": f"{name} (random weights, seeded: the packaged Qwen2.5-Coder-1.5B GGUF's parts are ~1.1 GB "
+           "and cannot travel to the GPU machine)" if not smoke else f"{name} (smoke)",
+           "student_dir": str(student), "artifact": str(art), "prefix_reuse": prefix_reuse,
+           "export_s": round(time.perf_counter() - t0, 1), "export_timings_s": report["timings_s"],
+           "export_rejected": report["rejected"], "cpus": sorted(os.sched_getaffinity(0))}
+    (work / CAUSAL_EXPORT).write_text(json.dumps(rec, indent=1) + "\n")
+    return rec
+
+
+def _running(pid_file: Path) -> bool:
+    """Whether the background export named in ``pid_file`` still runs (a finished child that nobody reaped yet
+    is a zombie, not running)."""
+    try:
+        stat = Path(f"/proc/{int(pid_file.read_text())}/stat").read_text()
+    except (OSError, ValueError):
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def causal_export(work: Path, args, left) -> dict | None:
+    """The causal student's export: a background one's (waited for while ``left()`` keeps ``--causal-serve-s`` for
+    serving; None when it is still running then), else one made here, in this process."""
+    rec_file, pid_file = work / CAUSAL_EXPORT, work / CAUSAL_EXPORT_PID
+    t0 = time.perf_counter()
+    while not rec_file.is_file() and _running(pid_file):
+        if left() < args.causal_serve_s:
+            return None
+        time.sleep(2)
+    if rec_file.is_file():
+        rec = json.loads(rec_file.read_text())
+        if "error" in rec:
+            raise RuntimeError(f"the background export failed: {rec['error']}")
+        if rec["prefix_reuse"] != args.causal_prefix_reuse:
+            raise RuntimeError(f"the background export was made with prefix_reuse={rec['prefix_reuse']}: run the part "
+                               "with the same CAUSAL_PREFIX_REUSE as `run.sh bench`")
+        return {**rec, "exported": "in the background (export-causal), beside the MiniLM parts",
+                "waited_for_export_s": round(time.perf_counter() - t0, 1)}
+    if pid_file.is_file():  # it ended without a record
+        log = work / "causal-export.log"
+        tail = log.read_text()[-1500:] if log.is_file() else "no log"
+        raise RuntimeError(f"the background export left no usable {CAUSAL_EXPORT}: {tail}")
+    return {**export_causal(work, args.smoke, args.causal_prefix_reuse), "exported": "in this process"}
+
+
+def causal_part(work: Path, queries, device: str, args, left) -> dict:
+    """The Qwen2.5-1.5B shape (random weights, seeded) at fp16 served vs torch bf16 in process."""
+    import torch
+
+    from r3edge.core.scoring import Scorer
+    from r3edge.model.student import lm_score_fn, load_student
+
+    rec = causal_export(work, args, left)
+    if rec is None:
+        return {"not_run": f"budget: the background export was still running with {left():.0f} s left; "
+                "`run.sh part causal` waits for it and serves it"}
+    art = Path(rec["artifact"])
+    part: dict = {k: rec[k] for k in ("student", "exported", "export_s", "export_timings_s", "export_rejected", "cpus")}
+    part["waited_for_export_s"] = rec.get("waited_for_export_s")
+    lm, _ = load_student(rec["student_dir"])
     scorer = Scorer.load(art)
     enc = scorer.encode_batch([q.query for q in queries[:1] for _ in q.candidates], [c.text for c in queries[0].candidates])
     part["pair_tokens"] = {"min": min(len(e.input_ids) for e in enc), "max": max(len(e.input_ids) for e in enc)}
@@ -584,12 +646,15 @@ def run(args) -> int:
     if args.pytest_json and Path(args.pytest_json).is_file():
         res.put("gpu_tests", json.loads(Path(args.pytest_json).read_text()))
     if "causal" in args.parts.split(","):
-        if left() < args.causal_min_s:
-            res.put("causal", {"not_run": f"budget: {left():.0f} s left, the part needs ~{args.causal_min_s} s"})
+        # with an export in the background (or done there) the part only serves; else it exports first
+        background = (work / CAUSAL_EXPORT).is_file() or (work / CAUSAL_EXPORT_PID).is_file()
+        need = args.causal_serve_s if background else args.causal_min_s
+        if left() < need:
+            res.put("causal", {"not_run": f"budget: {left():.0f} s left, the part needs ~{need} s"})
         else:
             t0 = time.perf_counter()
             try:
-                part = causal_part(work, queries, device, args)
+                part = causal_part(work, queries, device, args, left)
             except Exception as exc:
                 part = {"error": f"{type(exc).__name__}: {exc}"[:2000]}
             part["seconds"] = round(time.perf_counter() - t0, 1)
@@ -621,7 +686,10 @@ def report_md(d: dict) -> str:
         if not isinstance(part, dict) or "systems" not in part:
             lines += [f"`{json.dumps(part, default=str)[:1500]}`", ""]
             continue
-        lines += [f"Student: {part['student']}. Export {part.get('export_s')} s; rejected: {part.get('export_rejected') or 'none'}.", "",
+        where = (f" ({part['exported']}; the part waited {part.get('waited_for_export_s')} s for it)"
+                 if part.get("exported") else "")
+        lines += [f"Student: {part['student']}. Export {part.get('export_s')} s{where}; rejected: "
+                  f"{part.get('export_rejected') or 'none'}.", "",
                   "| system | p50 c1 | p95 c1 | p50 c16 | p95 c16 | pairs/s c16 (c1 in process) | top-10 overlap "
                   "| max abs dScore | argmax | nDCG@10 (ref) |",
                   "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
@@ -691,13 +759,35 @@ def main(argv=None) -> int:
                    help="start the causal part only with this much budget left: its export took 235 s on the H200 "
                         "machine, its first served row and the torch row 35 s more (benchmarks/results/"
                         "gpu-students-h200-second-run), and it now serves three more rows at concurrency 1")
-    r.add_argument("--causal-prefix-reuse", action="store_true",
-                   help="export the causal student with its prefix-reuse graphs too and serve them (the served default "
-                        "then); the export's time on the GPU machine grows (see benchmarks/gpu/README.md)")
+    r.add_argument("--causal-serve-s", type=float, default=150.0,
+                   help="with the causal student exported in the background, start (or keep waiting for it) only with "
+                        "this much budget left for serving it: a served row and the torch row took 35 s in the second "
+                        "H200 run, and the part serves three more rows at concurrency 1")
     r.add_argument("--pytest-json", help="run.sh's summary of the GPU tests, folded into results.json")
-    r.add_argument("--smoke", action="store_true")
+    e = sub.add_parser("export-causal", help="there: the causal student's export alone (run.sh bench starts it in "
+                       "the background), into --work")
+    e.add_argument("--work", default="/var/tmp/r3gpu/work")
+    for q in (r, e):
+        q.add_argument("--causal-prefix-reuse", action="store_true",
+                       help="export the causal student with its prefix-reuse graphs too and serve them (the served "
+                            "default then); the export's time on the GPU machine grows (see benchmarks/gpu/README.md)")
+        q.add_argument("--smoke", action="store_true")
     args = ap.parse_args(argv)
+    if args.cmd == "export-causal":
+        return _export_causal_main(Path(args.work), args)
     return prepare(args) if args.cmd == "prepare" else run(args)
+
+
+def _export_causal_main(work: Path, args) -> int:
+    """``export-causal``: its record, or the error that stopped it, in ``work/CAUSAL_EXPORT`` either way, so the
+    causal part never waits on an export that died."""
+    work.mkdir(parents=True, exist_ok=True)
+    try:
+        print(json.dumps(export_causal(work, args.smoke, args.causal_prefix_reuse), indent=1))
+        return 0
+    except BaseException as exc:
+        (work / CAUSAL_EXPORT).write_text(json.dumps({"error": f"{type(exc).__name__}: {exc}"[:2000]}) + "\n")
+        raise
 
 
 if __name__ == "__main__":

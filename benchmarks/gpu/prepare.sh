@@ -54,7 +54,8 @@ n=$PIECES
       echo "run(command='bash benchmarks/gpu/run.sh bench', carry=['$p', '$CARRY/bundle.sha256', '$CARRY/pieces'], timeout_s=600)"
     fi
   done
-  echo "# then at once, for the parts that bench recorded as not run (README.md: 'The call sequence'):"
+  echo "# then at once, only for what bench recorded as not run (README.md: 'The call sequence'), e.g.:"
+  echo "run(command='bash benchmarks/gpu/run.sh part causal', timeout_s=600)   # waits for the background export"
   echo "run(command='BUDGET_S=230 bash benchmarks/gpu/run.sh part student:demo && bash benchmarks/gpu/run.sh tests', timeout_s=330)"
 } > "$CARRY/plan.txt"
 ls -la "$CARRY"
