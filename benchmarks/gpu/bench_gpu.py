@@ -509,14 +509,20 @@ def _running(pid_file: Path) -> bool:
     return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
-def causal_export(work: Path, args, left) -> dict | None:
+class NotRun(Exception):
+    """Why the causal part was left for a later call (its budget)."""
+
+
+def causal_export(work: Path, args, left) -> dict:
     """The causal student's export: a background one's (waited for while ``left()`` keeps ``--causal-serve-s`` for
-    serving; None when it is still running then), else one made here, in this process."""
+    serving), else one made here, in this process (with ``--causal-min-s`` left); :class:`NotRun` when the budget
+    allows neither."""
     rec_file, pid_file = work / CAUSAL_EXPORT, work / CAUSAL_EXPORT_PID
     t0 = time.perf_counter()
     while not rec_file.is_file() and _running(pid_file):
         if left() < args.causal_serve_s:
-            return None
+            raise NotRun(f"budget: the background export was still running with {left():.0f} s left; "
+                         "`run.sh part causal` waits for it and serves it")
         time.sleep(2)
     if rec_file.is_file():
         rec = json.loads(rec_file.read_text())
@@ -527,10 +533,13 @@ def causal_export(work: Path, args, left) -> dict | None:
                                "with the same CAUSAL_PREFIX_REUSE as `run.sh bench`")
         return {**rec, "exported": "in the background (export-causal), beside the MiniLM parts",
                 "waited_for_export_s": round(time.perf_counter() - t0, 1)}
-    if pid_file.is_file():  # it ended without a record
+    if left() < args.causal_min_s:
+        raise NotRun(f"budget: {left():.0f} s left, and exporting here needs ~{args.causal_min_s} s")
+    if pid_file.is_file():  # it ended without a record (killed, or never started): export here after all
         log = work / "causal-export.log"
-        tail = log.read_text()[-1500:] if log.is_file() else "no log"
-        raise RuntimeError(f"the background export left no usable {CAUSAL_EXPORT}: {tail}")
+        return {**export_causal(work, args.smoke, args.causal_prefix_reuse),
+                "exported": "in this process: the background export ended without a record",
+                "background_log_tail": log.read_text()[-1500:] if log.is_file() else "no log"}
     return {**export_causal(work, args.smoke, args.causal_prefix_reuse), "exported": "in this process"}
 
 
@@ -541,12 +550,13 @@ def causal_part(work: Path, queries, device: str, args, left) -> dict:
     from r3edge.core.scoring import Scorer
     from r3edge.model.student import lm_score_fn, load_student
 
-    rec = causal_export(work, args, left)
-    if rec is None:
-        return {"not_run": f"budget: the background export was still running with {left():.0f} s left; "
-                "`run.sh part causal` waits for it and serves it"}
+    try:
+        rec = causal_export(work, args, left)
+    except NotRun as why:
+        return {"not_run": str(why)}
     art = Path(rec["artifact"])
-    part: dict = {k: rec[k] for k in ("student", "exported", "export_s", "export_timings_s", "export_rejected", "cpus")}
+    part: dict = {k: rec[k] for k in ("student", "exported", "export_s", "export_timings_s", "export_rejected", "cpus",
+                                      "background_log_tail") if k in rec}
     part["waited_for_export_s"] = rec.get("waited_for_export_s")
     lm, _ = load_student(rec["student_dir"])
     scorer = Scorer.load(art)

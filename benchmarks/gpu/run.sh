@@ -71,7 +71,8 @@ bench_run() {
 start_causal_export() {
   mkdir -p "$R3GPU/work"
   rm -f "$R3GPU/work/causal-export.json" "$R3GPU/work/causal-export.pid"
-  setsid "${EXPORT_CPUS[@]}" "$PY" "$REPO/benchmarks/gpu/bench_gpu.py" export-causal --work "$R3GPU/work" \
+  local session=(); command -v setsid > /dev/null && session=(setsid)  # without it the export ends with this call
+  "${session[@]}" "${EXPORT_CPUS[@]}" "$PY" "$REPO/benchmarks/gpu/bench_gpu.py" export-causal --work "$R3GPU/work" \
     "${SMOKE_FLAG[@]:0:1}" "${CAUSAL[@]}" > "$R3GPU/work/causal-export.log" 2>&1 < /dev/null &
   echo $! > "$R3GPU/work/causal-export.pid"
   echo "causal export started in the background (pid $!, ${EXPORT_CPUS[*]:-all cores}); log $R3GPU/work/causal-export.log"
