@@ -477,7 +477,7 @@ def export_causal(work: Path, smoke: bool, prefix_reuse: bool) -> dict:
 
     name = SMOKE_CAUSAL if smoke else CAUSAL
     # as many threads as the cores this process may run on (run.sh pins it to 4): ONNX Runtime, left to choose,
-    # would start one thread per core of the machine and pin them there, onto the measured cores too
+    # would start one thread per physical core of the machine and pin them there, onto the measured cores too
     cpus = sorted(os.sched_getaffinity(0))
     torch.set_num_threads(len(cpus))
     torch.manual_seed(0)
