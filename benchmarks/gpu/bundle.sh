@@ -22,6 +22,15 @@ pack_bundle() {
   PIECES=$(cat "$carry/pieces")
 }
 
+# thin_tree: take benchmarks/results/ out of the working tree (a sparse checkout: its files stay committed). The
+# working tree travels with every call, and benchmarks/results is most of it (50.8 MB of tracked files on
+# 2026-11-30, 18.6 MB of them issue 47's cold-start adapter): both GPU scripts' calls read nothing there, and each
+# piece grows by what leaves. Commit first; `git sparse-checkout disable` brings it back after the calls (the last
+# line of plan.txt says so).
+thin_tree() {
+  git sparse-checkout set --no-cone '/*' '!/benchmarks/results/'
+}
+
 # take_piece CARRY DIR: keep the piece this call carried (and the bundle's checksum and count) under DIR.
 take_piece() {
   local carry=$1 dir=$2 p

@@ -5,6 +5,7 @@
 #
 #   benchmarks/gpu/prepare.sh              # the real bundle (onnxruntime-gpu wheel, wheels, students, requests)
 #   SMOKE=1 benchmarks/gpu/prepare.sh      # tiny random students, no wheels: for run.sh's --smoke here
+#   (the real bundle takes benchmarks/results out of the working tree until `git sparse-checkout disable`: THIN=0 keeps it)
 #
 # Optional: DEMO_STUDENT=dir SEMEVAL_STUDENT=dir (trained students; without them the untrained configs are
 # carried and the report says so), PAIRS=file (default: ../shared/data/semeval2016-cqa/subtaskC_dev.jsonl),
@@ -42,6 +43,10 @@ fi
 a=$STAGE/students/demo/model.safetensors b=$STAGE/students/semeval/model.safetensors
 if cmp -s "$a" "$b"; then ln -f "$a" "$b"; echo "the two students' weights are identical: carried once"; fi
 
+# bundle.sh's thin_tree (the real bundle; THIN=0 keeps the tree): the calls read nothing in benchmarks/results, which
+# is most of the working tree that travels with every call
+THIN=${THIN:-$([ "$SMOKE" = 0 ] && echo 1 || echo 0)}
+[ "$THIN" = 1 ] && thin_tree
 pack_bundle "$CARRY"
 n=$PIECES
 {
@@ -57,6 +62,7 @@ n=$PIECES
   echo "# then at once, only for what bench recorded as not run (README.md: 'The call sequence'), e.g.:"
   echo "run(command='bash benchmarks/gpu/run.sh part causal', timeout_s=600)   # waits for the background export"
   echo "run(command='BUDGET_S=230 bash benchmarks/gpu/run.sh part student:demo && bash benchmarks/gpu/run.sh tests', timeout_s=330)"
+  if [ "$THIN" = 1 ]; then echo "# after the calls, here: git sparse-checkout disable   # benchmarks/results back in the working tree"; fi
 } > "$CARRY/plan.txt"
 ls -la "$CARRY"
 echo "working tree that travels with each call: $TREE_BYTES bytes; pieces of $PIECE_BYTES bytes"

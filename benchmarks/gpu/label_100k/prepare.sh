@@ -85,12 +85,9 @@ fi
 (cd "$STAGE" && sha256sum pairs-100k.jsonl fid/*.jsonl > pairs.sha256 && xz -T2 -6 pairs-100k.jsonl)
 THIN=${THIN:-$([ "$SMOKE" = 0 ] && echo 1 || echo 0)}
 if [ "$THIN" = 1 ]; then
-  # The working tree travels with every piece and benchmarks/results is most of it (14 MB before issue 47's labels,
-  # 48 MB with them): the calls read nothing there (the 1.5B student's labels are in the bundle), so it leaves the
-  # working tree (a sparse checkout: the files stay committed) and each piece grows by that much; session 69 carried
-  # 19 pieces instead of 25.
-  # `git sparse-checkout disable` brings it back after the calls (plan.txt's last line).
-  git sparse-checkout set --no-cone '/*' '!/benchmarks/results/'
+  # bundle.sh's thin_tree: the calls read nothing in benchmarks/results (the 1.5B student's labels are in the bundle);
+  # session 69 carried 19 pieces instead of 25
+  thin_tree
 fi
 pack_bundle "$CARRY"
 n=$PIECES
