@@ -472,14 +472,16 @@ def export_causal(work: Path, smoke: bool, prefix_reuse: bool) -> dict:
     import torch
 
     from r3edge.core.config import StudentConfig, load_yaml
+    from r3edge.core.hardware import usable_cores
     from r3edge.export.onnx import export_artifact
     from r3edge.model.student import create_student, save_student
 
     name = SMOKE_CAUSAL if smoke else CAUSAL
-    # as many threads as the cores this process may run on (run.sh pins it to 4): ONNX Runtime, left to choose,
-    # would start one thread per physical core of the machine and pin them there, onto the measured cores too
-    cpus = sorted(os.sched_getaffinity(0))
-    torch.set_num_threads(len(cpus))
+    # as many threads as the cores this process may run on (run.sh pins it to 4), as the servers take theirs:
+    # ONNX Runtime, left to choose, would start one thread per physical core of the machine and pin them there,
+    # onto the measured cores too
+    threads = usable_cores()
+    torch.set_num_threads(threads)
     torch.manual_seed(0)
     t0 = time.perf_counter()
     lm, scorer = create_student(load_yaml(ROOT / "configs" / "student" / f"{name}.yaml", StudentConfig))
@@ -488,13 +490,13 @@ def export_causal(work: Path, smoke: bool, prefix_reuse: bool) -> dict:
     # fp16 named the default: the export then skips timing the variants on the CPU (170 s of a 530 s export of this
     # shape on 2 AVX2 cores, benchmarks/results/export-1p5b-cpu-2core), which a GPU server would not use
     art = export_artifact(student, work / "artifact-causal", variants=("fp32", "fp16"), max_calib=4, default="fp16",
-                          prefix_reuse=prefix_reuse, threads=len(cpus), log=lambda *a, **k: None)
+                          prefix_reuse=prefix_reuse, threads=threads, log=lambda *a, **k: None)
     report = json.loads((art / "export_report.json").read_text())
     rec = {"student": f"{name} (random weights, seeded: the packaged Qwen2.5-Coder-1.5B GGUF's parts are ~1.1 GB "
            "and cannot travel to the GPU machine)" if not smoke else f"{name} (smoke)",
            "student_dir": str(student), "artifact": str(art), "prefix_reuse": prefix_reuse,
            "export_s": round(time.perf_counter() - t0, 1), "export_timings_s": report["timings_s"],
-           "export_rejected": report["rejected"], "cpus": cpus}
+           "export_rejected": report["rejected"], "cpus": sorted(os.sched_getaffinity(0)), "threads": threads}
     (work / CAUSAL_EXPORT).write_text(json.dumps(rec, indent=1) + "\n")
     return rec
 
@@ -556,8 +558,7 @@ def causal_part(work: Path, queries, device: str, args, left) -> dict:
         return {"not_run": str(why)}
     art = Path(rec["artifact"])
     part: dict = {k: rec[k] for k in ("student", "exported", "export_s", "export_timings_s", "export_rejected", "cpus",
-                                      "background_log_tail") if k in rec}
-    part["waited_for_export_s"] = rec.get("waited_for_export_s")
+                                      "threads", "waited_for_export_s", "background_log_tail") if k in rec}
     lm, _ = load_student(rec["student_dir"])
     scorer = Scorer.load(art)
     enc = scorer.encode_batch([q.query for q in queries[:1] for _ in q.candidates], [c.text for c in queries[0].candidates])

@@ -102,8 +102,8 @@ source benchmarks/gpu/bundle.sh
 take() { take_piece "$CARRY" "$R3GPU"; }
 
 # gpu_tests SECONDS: the tests that skip without a GPU (reasons listed with -rs): the CUDA provider's fp16 parity and
-# the device selection; in smoke mode they run and skip as they do in CI. Summarised into $R3GPU/gpu-tests.json,
-# which the next bench_run folds into results.json (--pytest-json); not run with 30 s or less.
+# the device selection; in smoke mode they run and skip as they do in CI. Summarised into $R3GPU/gpu-tests.json and
+# folded into $OUT's results.json (bench_run --pytest-json); not run with 30 s or less.
 gpu_tests() {
   local tests_s=$1
   if [ "$tests_s" -gt 30 ]; then
@@ -127,12 +127,12 @@ EOF
   else
     echo "{\"not_run\": \"budget: ${tests_s} s left\"}" > "$R3GPU/gpu-tests.json"
   fi
+  bench_run --parts none --pytest-json "$R3GPU/gpu-tests.json" --budget-s 60 > /dev/null 2>&1
 }
 
 tests() {  # the GPU tests alone, on a machine where `bench` already installed everything (still held)
   gpu_env
   gpu_tests "$BUDGET_S"
-  bench_run --parts none --pytest-json "$R3GPU/gpu-tests.json" --budget-s 60 > /dev/null 2>&1
   grep -A3 "^## gpu_tests" "$OUT/report.md"
 }
 
@@ -158,7 +158,6 @@ bench() {
   bench_run --parts causal --budget-s $((BUDGET_S - SECONDS)) 2>&1 | tee "$OUT/causal.log" | grep -v "^\s*$" | tail -60
   cp "$R3GPU/work/causal-export.log" "$OUT/" 2>/dev/null || echo "no causal export log"
   gpu_tests $(( BUDGET_S - SECONDS ))
-  bench_run --parts none --pytest-json "$R3GPU/gpu-tests.json" --budget-s 60 > /dev/null 2>&1
   echo "bench step: ${SECONDS} s; results in $OUT"
 }
 
