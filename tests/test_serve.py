@@ -496,14 +496,20 @@ def test_warm_up_runs_the_longest_pairs_on_every_worker_at_once(tiny_artifact, w
     from r3edge.serve.server import load_runtime_for
 
     cfg = ServeConfig(artifact=str(tiny_artifact), port=0, workers=workers)
-    runtime = OverlapRuntime(load_runtime_for(cfg), 0.0)
-    widths = []
-    counted = runtime.label_logits
+    runtime = SlowRuntime(load_runtime_for(cfg), 0.0)
+    widths, lock = [], threading.Lock()
+    # The first `workers` calls meet at a barrier before scoring: it opens only if they are all in flight
+    # at once, however loaded the machine (a warm-up running them one after another breaks it).
+    together = threading.Barrier(workers, timeout=60)
+    run = runtime.label_logits
 
     def record(*args):
-        widths.append(args[0].shape[1])
-        time.sleep(0.2)  # long enough for the other worker's call to start beside this one
-        return counted(*args)
+        with lock:
+            widths.append(args[0].shape[1])
+            first = len(widths) <= workers
+        if first:
+            together.wait()
+        return run(*args)
     runtime.label_logits = record
     engine = Engine(runtime, ServeMetrics(), max_batch_tokens=512, max_batch_size=64, max_batch_wait_s=0.0,
                     max_queue_delay_s=2.0, max_concurrent_requests=8, max_candidates=100, overflow="truncate",
@@ -512,7 +518,7 @@ def test_warm_up_runs_the_longest_pairs_on_every_worker_at_once(tiny_artifact, w
     spec = runtime.scorer.spec
     longest = min(spec.max_total_tokens, runtime.scorer.fixed_tokens + spec.max_query_tokens + spec.max_doc_tokens)
     assert widths[:workers] == [longest] * workers, widths
-    assert runtime.most_running == workers
+    assert not together.broken
     assert engine.s_per_token > 0
 
 
