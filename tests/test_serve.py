@@ -472,7 +472,7 @@ def test_workers_run_micro_batches_concurrently_with_the_same_scores(tiny_artifa
     from r3edge.serve.server import BackgroundServer, load_runtime_for
 
     cfg = ServeConfig(artifact=str(tiny_artifact), port=0, max_batch_tokens=512, max_batch_size=4, workers=workers)
-    runtime = OverlapRuntime(load_runtime_for(cfg), 0.05)
+    runtime = OverlapRuntime(load_runtime_for(cfg), 0.2)  # long enough to overlap on a loaded box
     docs = candidates(24)
     with BackgroundServer(cfg, runtime=runtime) as srv, RerankerClient(srv.target, timeout=300) as c:
         c.wait_ready(60)
