@@ -496,7 +496,7 @@ def test_warm_up_runs_the_longest_pairs_on_every_worker_at_once(tiny_artifact, w
     from r3edge.serve.server import load_runtime_for
 
     cfg = ServeConfig(artifact=str(tiny_artifact), port=0, workers=workers)
-    runtime = SlowRuntime(load_runtime_for(cfg), 0.0)
+    runtime = load_runtime_for(cfg)
     widths, lock = [], threading.Lock()
     # The first `workers` calls meet at a barrier before scoring: it opens only if they are all in flight
     # at once, however loaded the machine (a warm-up running them one after another breaks it).
