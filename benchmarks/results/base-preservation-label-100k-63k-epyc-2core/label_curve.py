@@ -7,6 +7,12 @@ the student re-mixed at `base_interpolation` 0.4 as hollow squares where it was 
 dashed line and, on the three sets outside C, the issue's line 0.01 below the base. The teacher's C dev nDCG@10
 comes from the same `r3edge train` report's evaluation (`teacher_vs_gold`).
 
+Issue 47's C dev line is "+0.01 over the same recipe on 6.7k". A difference of means says nothing about what C dev's
+45 scoreable questions can resolve, so each larger arm is also set against the 6.7k arm question by question: per
+question, the mean over the arm's seeds minus the mean over the 6.7k arm's seeds, bootstrapped over the questions
+(`r3edge.core.metrics.paired_bootstrap`: mean, 95% interval). It reads the per-question nDCG@10 that
+`base_preservation.py` wrote; an arm whose file has none (shard 0, written before it did) is left out of that table.
+
     .venv/bin/python benchmarks/results/base-preservation-label-100k-63k-epyc-2core/label_curve.py
 """
 
@@ -21,6 +27,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
+
+from r3edge.core.metrics import paired_bootstrap  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE.parent
@@ -37,6 +45,8 @@ ARMS = {
     "shards 0-2": ["base-preservation-label-100k-63k-epyc-2core/results.json"],
 }
 TEACHER_REPORT = f"{B43}/train_report-43k-seed2.json"
+#: the arm the others are compared with, question by question (issue 47's "the same recipe on 6.7k")
+REFERENCE_ARM = "C train"
 
 
 def _rows(path: Path) -> tuple[int, dict[str, dict]]:
@@ -44,6 +54,31 @@ def _rows(path: Path) -> tuple[int, dict[str, dict]]:
     d = json.loads(path.read_text())
     rows = {r["system"]: r for r in d["rows"]}
     return int(rows[TRAINED]["train_pairs"]), rows
+
+
+def _per_query_mean(files: list[str], s: str) -> dict[str, float] | None:
+    """Per question of set ``s``: the mean over the seeds' files of the trained student's nDCG@10; None when a file
+    has no per-question values."""
+    per_seed = [json.loads((RESULTS / f).read_text()).get("per_query") for f in files]
+    if any(p is None for p in per_seed):
+        return None
+    qids = sorted(set.intersection(*(set(p[TRAINED][s]) for p in per_seed)))
+    return {q: float(np.mean([p[TRAINED][s][q] for p in per_seed])) for q in qids}
+
+
+def against_reference() -> list[dict]:
+    """Each arm with per-question values against :data:`REFERENCE_ARM`, per set: :func:`paired_bootstrap` of the
+    per-question seed means (the arm minus the reference)."""
+    out = []
+    for name, files in ARMS.items():
+        if name == REFERENCE_ARM:
+            continue
+        for s in SETS:
+            arm, ref = _per_query_mean(files, s), _per_query_mean(ARMS[REFERENCE_ARM], s)
+            if arm is None or ref is None:
+                break
+            out.append({"arm": name, "seeds": len(files), "set": s, **paired_bootstrap(arm, ref)})
+    return out
 
 
 def main(argv=None) -> int:
@@ -112,9 +147,21 @@ def main(argv=None) -> int:
                 continue
             lines.append(f"| {a['arm']} | {a['pairs']:,} | {len(a[key]['C dev'])} | {label} | "
                          + " | ".join(cell(a[key][s], s) for s in SETS) + " |")
+    paired = against_reference()
+    ref_seeds = len(ARMS[REFERENCE_ARM])
+    lines += ["", f"## Each arm against the {REFERENCE_ARM} arm ({ref_seeds} seeds), question by question", "",
+              "Per question: the arm's mean over its seeds minus the reference arm's; 95% bootstrap interval over the "
+              "set's questions (10,000 resamples). Arms without per-question values: "
+              + (", ".join(n for n in ARMS if n != REFERENCE_ARM and n not in {r["arm"] for r in paired}) or "none")
+              + ".", "",
+              "| arm | seeds | set | questions | mean diff | 95% interval | better / same / worse |",
+              "|---|---:|---|---:|---:|---|---|"]
+    lines += [f"| {r['arm']} | {r['seeds']} | {r['set']} | {r['queries']} | {r['mean_diff']:+.4f} | "
+              f"[{r['ci95'][0]:+.3f}, {r['ci95'][1]:+.3f}] | {r['better']} / {r['same']} / {r['worse']} |"
+              for r in paired]
     out.with_suffix(".md").write_text("\n".join(lines) + "\n")
-    out.with_suffix(".json").write_text(json.dumps({"base": base, "teacher_c_dev": teacher, "arms": arms},
-                                                   indent=1) + "\n")
+    out.with_suffix(".json").write_text(json.dumps({"base": base, "teacher_c_dev": teacher, "arms": arms,
+                                                    f"against_{REFERENCE_ARM}": paired}, indent=1) + "\n")
     print("\n".join(lines))
     return 0
 
