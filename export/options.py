@@ -72,7 +72,8 @@ class ExportOptions(BaseModel):
                                 json_schema_extra={"flag": "--default-variant"})
     calib_pairs: str | None = Field(
         None, description="pairs file for int8 calibration and parity validation (unset: a small built-in set; use "
-        "pairs like those you will serve)", json_schema_extra={"flag": "--calib"})
+        "pairs like those you will serve: candidate lists of more than 10 per query, so that the default variant is "
+        "held to fp32's top 10, with --max-calib covering several queries)", json_schema_extra={"flag": "--calib"})
     max_calib: PositiveInt = Field(64, description="use at most N pairs from --calib for calibration and validation")
     atol: PositiveFloat = Field(DEFAULT_ATOL, description="max |Δ label logit| allowed between ONNX fp32 and PyTorch")
     opset: PositiveInt | None = Field(None, description="ONNX opset (unset: the exporter's)")
