@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from functools import cache
 from pathlib import Path
 
 import matplotlib
@@ -49,17 +50,22 @@ TEACHER_REPORT = f"{B43}/train_report-43k-seed2.json"
 REFERENCE_ARM = "C train"
 
 
-def _rows(path: Path) -> tuple[int, dict[str, dict]]:
+@cache
+def _results(file: str) -> dict:
+    """One committed results file (a path under ``RESULTS``), read once for the curve and the paired table."""
+    return json.loads((RESULTS / file).read_text())
+
+
+def _rows(file: str) -> tuple[int, dict[str, dict]]:
     """(labelled pairs, system -> row) of one results file; the pair count is the trained row's own."""
-    d = json.loads(path.read_text())
-    rows = {r["system"]: r for r in d["rows"]}
+    rows = {r["system"]: r for r in _results(file)["rows"]}
     return int(rows[TRAINED]["train_pairs"]), rows
 
 
 def _per_query_mean(files: list[str], s: str) -> dict[str, float] | None:
     """Per question of set ``s``: the mean over the seeds' files of the trained student's nDCG@10; None when a file
     has no per-question values."""
-    per_seed = [json.loads((RESULTS / f).read_text()).get("per_query") for f in files]
+    per_seed = [_results(f).get("per_query") for f in files]
     if any(p is None for p in per_seed):
         return None
     qids = sorted(set.intersection(*(set(p[TRAINED][s]) for p in per_seed)))
@@ -69,15 +75,16 @@ def _per_query_mean(files: list[str], s: str) -> dict[str, float] | None:
 def against_reference() -> list[dict]:
     """Each arm with per-question values against :data:`REFERENCE_ARM`, per set: :func:`paired_bootstrap` of the
     per-question seed means (the arm minus the reference)."""
+    refs = {s: _per_query_mean(ARMS[REFERENCE_ARM], s) for s in SETS}
     out = []
     for name, files in ARMS.items():
         if name == REFERENCE_ARM:
             continue
         for s in SETS:
-            arm, ref = _per_query_mean(files, s), _per_query_mean(ARMS[REFERENCE_ARM], s)
-            if arm is None or ref is None:
+            arm = _per_query_mean(files, s)
+            if arm is None or refs[s] is None:
                 break
-            out.append({"arm": name, "seeds": len(files), "set": s, **paired_bootstrap(arm, ref)})
+            out.append({"arm": name, "seeds": len(files), "set": s, **paired_bootstrap(arm, refs[s])})
     return out
 
 
@@ -87,7 +94,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     arms, base = [], None
     for name, files in ARMS.items():
-        seeds = [_rows(RESULTS / f) for f in files]
+        seeds = [_rows(f) for f in files]
         pairs = {n for n, _ in seeds}
         assert len(pairs) == 1, f"{name}: the seeds were trained on different pair counts {pairs}"
         for _, rows in seeds:
