@@ -1,0 +1,112 @@
+"""Where the causal CPU student's agreement with its teacher lives: between questions or within them.
+
+`r3edge eval` reports one Spearman of expected scores over all 5,000 C dev pairs (0.755 at 12 layers), yet the student
+ranks C dev below the first-stage order. A reranker is judged within each question, so this splits the agreement:
+- pooled Spearman (all pairs at once, as `r3edge eval`);
+- the Spearman of per-question mean expected scores (does it know which questions have good comments);
+- the mean over questions of the within-question Spearman (does it order one question's comments as the teacher does),
+  beside the first-stage order's within-question Spearman with the same teacher, the floor a reranker must beat;
+- and, since nDCG@10 reads only the top of each list, the mean overlap of its top 10 with the teacher's top 10 and its
+  nDCG@10 with the teacher's expected scores as gains.
+Last, the student against the first-stage order on gold, question by question (`paired_bootstrap`).
+
+It scores C dev with a trained student in torch (about 7.5 min for 12 layers on 2 cores) and writes
+`within_question.json` and `.md` here. The student directory is not committed (`run.sh` rebuilds it).
+
+    .venv/bin/python benchmarks/results/causal-cpu-layers-epyc-2core/within_question.py runs/causal-12l/student \
+        --semeval ../shared/data/semeval2016-cqa
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+from scipy.stats import spearmanr
+
+from r3edge.core.labels import read_labels
+from r3edge.core.metrics import ndcg_at_k, paired_bootstrap
+from r3edge.distill.data.datasets import semeval_queries
+from r3edge.distill.student.evaluate import evaluate, torch_student_score_fn
+
+HERE = Path(__file__).resolve().parent
+LABELS = HERE.parent / "judge-qwen-coder-cold-start-lora-h100/labels/dev"
+
+
+def _rho(a, b) -> float | None:
+    """Spearman, or None where either side is constant (a question whose comments one side scores alike)."""
+    if np.ptp(a) == 0 or np.ptp(b) == 0:
+        return None
+    return float(spearmanr(a, b).statistic)
+
+
+def _top(scores: np.ndarray, k: int = 10) -> set[int]:
+    """Positions of the ``k`` highest scores (ties broken by position, as a stable sort does)."""
+    return set(np.argsort(-scores, kind="stable")[:k].tolist())
+
+
+def split_agreement(qids: list[str], side: np.ndarray, teacher: np.ndarray) -> dict:
+    """Pooled, between-question and mean within-question Spearman of ``side`` against ``teacher``; the mean overlap
+    of their top 10s; and ``side``'s nDCG@10 with the teacher's expected scores as gains."""
+    by_q: dict[str, list[int]] = defaultdict(list)
+    for i, q in enumerate(qids):
+        by_q[q].append(i)
+    within = [r for idx in by_q.values() if (r := _rho(side[idx], teacher[idx])) is not None]
+    means = np.asarray([[side[idx].mean(), teacher[idx].mean()] for idx in by_q.values()])
+    overlap = [len(_top(side[idx]) & _top(teacher[idx])) / 10 for idx in by_q.values()]
+    return {"pooled": _rho(side, teacher), "between_question_means": _rho(means[:, 0], means[:, 1]),
+            "within_question_mean": float(np.mean(within)), "within_question_n": len(within),
+            "top10_overlap_mean": float(np.mean(overlap)),
+            "ndcg@10_teacher_gains": ndcg_at_k(teacher, side, qids)["ndcg@10"]}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("student", help="trained student directory (runs/causal-12l/student after run.sh)")
+    ap.add_argument("--semeval", required=True, help="the semeval2016-cqa folder (for the first-stage ranks)")
+    args = ap.parse_args()
+
+    scoring = torch_student_score_fn(args.student)
+    got = evaluate(LABELS, scoring, return_logits=True)
+    values = np.asarray(scoring.scorer.spec.label_values, dtype=np.float64)
+    student = scoring.scorer.probabilities(got["_logits"]) @ values
+    table = read_labels(LABELS)
+    qids = table.column("qid").to_pylist()
+    teacher = np.asarray(table.column("probs").to_pylist(), dtype=np.float64) @ values
+    rank = {c.docid: c.rank for q in semeval_queries(args.semeval, "C", "dev") for c in q.candidates}
+    first_stage = -np.asarray([rank[d] for d in table.column("docid").to_pylist()], dtype=np.float64)
+
+    gold = values[np.asarray(table.column("gold").to_pylist())]
+    on_gold = {name: ndcg_at_k(gold, side, qids, per_query=True) for name, side in
+               (("student", student), ("first_stage", first_stage), ("teacher", teacher))}
+    out = {"student": str(args.student), "labels": str(LABELS.relative_to(HERE.parent.parent.parent)),
+           "ndcg@10": {name: g["ndcg@10"] for name, g in on_gold.items()},
+           "student_minus_first_stage": paired_bootstrap(on_gold["student"]["ndcg@10_per_query"],
+                                                         on_gold["first_stage"]["ndcg@10_per_query"]),
+           "student_vs_teacher": split_agreement(qids, student, teacher),
+           "first_stage_vs_teacher": split_agreement(qids, first_stage, teacher)}
+    (HERE / "within_question.json").write_text(json.dumps(out, indent=1) + "\n")
+    rows = ["| expected score against the teacher's | pooled Spearman | Spearman of per-question means | "
+            "mean within-question Spearman (questions) | top-10 overlap | nDCG@10, teacher's scores as gains | "
+            "nDCG@10, gold |", "|---|---:|---:|---:|---:|---:|---:|"]
+    for key, name in (("student_vs_teacher", "the student"), ("first_stage_vs_teacher", "the first-stage order")):
+        s = out[key]
+        # the first-stage rank restarts in every question: only its within-question value means anything
+        pooled, between = ((f"{s['pooled']:.3f}", f"{s['between_question_means']:.3f}") if key == "student_vs_teacher"
+                           else ("–", "–"))
+        rows.append(f"| {name} | {pooled} | {between} | {s['within_question_mean']:.3f} ({s['within_question_n']}) | "
+                    f"{s['top10_overlap_mean']:.3f} | {s['ndcg@10_teacher_gains']:.3f} | "
+                    f"{out['ndcg@10'][key.split('_vs_')[0]]:.3f} |")
+    d = out["student_minus_first_stage"]
+    rows += ["", f"The teacher on gold: nDCG@10 {out['ndcg@10']['teacher']:.3f}. The student minus the first-stage order "
+             f"on gold, question by question: {d['mean_diff']:+.3f} [{d['ci95'][0]:+.3f}, {d['ci95'][1]:+.3f}] (95%, "
+             f"{d['queries']} questions; {d['better']} better, {d['worse']} worse)."]
+    (HERE / "within_question.md").write_text("\n".join(rows) + "\n")
+    print("\n".join(rows))
+
+
+if __name__ == "__main__":
+    main()
