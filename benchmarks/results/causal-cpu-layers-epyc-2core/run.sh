@@ -4,7 +4,7 @@
 # 0.490 judge and evaluated on C dev in torch, then its 12 layers untrained scored zero-shot as
 # ../chain-semeval-c-cpu-2core/zero_shot.sh did for 6. Run from anywhere; writes runs/causal-12l/ and the JSONs here;
 # layers.py tabulates, within_question.py splits the agreement (SEMEVAL: the semeval2016-cqa folder, for the
-# first-stage ranks). About 1 h 20 min on 2 cores.
+# first-stage ranks). About 1 h 50 min on 2 cores.
 set -e
 HERE="$(cd "$(dirname "$0")" && pwd)"
 cd "$HERE/../../.."
@@ -24,4 +24,7 @@ save_student(lm, scorer, "runs/causal-12l/init-12l")
 PY
 .venv/bin/r3edge eval $L/dev --student $OUT/init-12l --json "$HERE/smollm2-cqa-rank-12l-init-zero-shot.json"
 .venv/bin/python "$HERE/layers.py"
-.venv/bin/python "$HERE/within_question.py" $OUT/student --semeval "${SEMEVAL:-../shared/data/semeval2016-cqa}"
+# the reference for within_question.py: the MiniLM student of the same labels (about 25 min)
+.venv/bin/r3edge train $L/train --student minilm-cqa-bi-rank-wise-q1 --out $OUT/minilm
+.venv/bin/python "$HERE/within_question.py" smollm2-cqa-rank-12l=$OUT/student minilm-cqa-bi-rank-wise-q1=$OUT/minilm \
+    --semeval "${SEMEVAL:-../shared/data/semeval2016-cqa}"

@@ -1,19 +1,22 @@
-"""Where the causal CPU student's agreement with its teacher lives: between questions or within them.
+"""Where a student's agreement with its teacher lives: between questions, within them, or at the top.
 
-`r3edge eval` reports one Spearman of expected scores over all 5,000 C dev pairs (0.755 at 12 layers), yet the student
-ranks C dev below the first-stage order. A reranker is judged within each question, so this splits the agreement:
+`r3edge eval` reports one Spearman of expected scores over all 5,000 C dev pairs (0.755 for the 12-layer causal
+student), yet that student ranks C dev below the first-stage order. A reranker is judged within each question, so this
+splits the agreement:
 - pooled Spearman (all pairs at once, as `r3edge eval`);
 - the Spearman of per-question mean expected scores (does it know which questions have good comments);
 - the mean over questions of the within-question Spearman (does it order one question's comments as the teacher does),
   beside the first-stage order's within-question Spearman with the same teacher, the floor a reranker must beat;
 - and, since nDCG@10 reads only the top of each list, the mean overlap of its top 10 with the teacher's top 10 and its
   nDCG@10 with the teacher's expected scores as gains.
-Last, the student against the first-stage order on gold, question by question (`paired_bootstrap`).
+Last, each student against the first-stage order on gold, question by question (`paired_bootstrap`). The MiniLM student
+of the same labels is the reference: what the same measures read for a student that is above every floor.
 
-It scores C dev with a trained student in torch (about 7.5 min for 12 layers on 2 cores) and writes
-`within_question.json` and `.md` here. The student directory is not committed (`run.sh` rebuilds it).
+It scores C dev with each trained student in torch (about 8 min for the 12 causal layers, 2 for MiniLM, on 2 cores)
+and writes `within_question.json` and `.md` here. The student directories are not committed (`run.sh` rebuilds them).
 
-    .venv/bin/python benchmarks/results/causal-cpu-layers-epyc-2core/within_question.py runs/causal-12l/student \
+    .venv/bin/python benchmarks/results/causal-cpu-layers-epyc-2core/within_question.py \
+        smollm2-cqa-rank-12l=runs/causal-12l/student minilm-cqa-bi-rank-wise-q1=runs/causal-12l/minilm \
         --semeval ../shared/data/semeval2016-cqa
 """
 
@@ -65,45 +68,53 @@ def split_agreement(qids: list[str], side: np.ndarray, teacher: np.ndarray) -> d
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("student", help="trained student directory (runs/causal-12l/student after run.sh)")
+    ap.add_argument("students", nargs="+", metavar="NAME=DIR",
+                    help="trained student directories, each named for the table (the 12-layer one after run.sh: "
+                         "runs/causal-12l/student)")
     ap.add_argument("--semeval", required=True, help="the semeval2016-cqa folder (for the first-stage ranks)")
     args = ap.parse_args()
 
-    scoring = torch_student_score_fn(args.student)
-    got = evaluate(LABELS, scoring, return_logits=True)
-    values = np.asarray(scoring.scorer.spec.label_values, dtype=np.float64)
-    student = scoring.scorer.probabilities(got["_logits"]) @ values
     table = read_labels(LABELS)
     qids = table.column("qid").to_pylist()
-    teacher = np.asarray(table.column("probs").to_pylist(), dtype=np.float64) @ values
     rank = {c.docid: c.rank for q in semeval_queries(args.semeval, "C", "dev") for c in q.candidates}
     first_stage = -np.asarray([rank[d] for d in table.column("docid").to_pylist()], dtype=np.float64)
-
-    gold = values[np.asarray(table.column("gold").to_pylist())]
-    on_gold = {name: ndcg_at_k(gold, side, qids, per_query=True) for name, side in
-               (("student", student), ("first_stage", first_stage), ("teacher", teacher))}
-    out = {"student": str(args.student), "labels": str(LABELS.relative_to(HERE.parent.parent.parent)),
-           "ndcg@10": {name: g["ndcg@10"] for name, g in on_gold.items()},
-           "student_minus_first_stage": paired_bootstrap(on_gold["student"]["ndcg@10_per_query"],
-                                                         on_gold["first_stage"]["ndcg@10_per_query"]),
-           "student_vs_teacher": split_agreement(qids, student, teacher),
-           "first_stage_vs_teacher": split_agreement(qids, first_stage, teacher)}
+    values = teacher = gold = None
+    students = []
+    for spec in args.students:
+        name, _, directory = spec.partition("=")
+        scoring = torch_student_score_fn(directory)
+        got = evaluate(LABELS, scoring, return_logits=True)
+        values = np.asarray(scoring.scorer.spec.label_values, dtype=np.float64)
+        teacher = np.asarray(table.column("probs").to_pylist(), dtype=np.float64) @ values
+        gold = values[np.asarray(table.column("gold").to_pylist())]
+        side = scoring.scorer.probabilities(got["_logits"]) @ values
+        students.append((name, directory, side))
+    on_gold = {name: ndcg_at_k(gold, side, qids, per_query=True)
+               for name, side in [(n, s) for n, _, s in students] + [("first-stage order", first_stage),
+                                                                      ("teacher", teacher)]}
+    first = on_gold["first-stage order"]["ndcg@10_per_query"]
+    out = {"labels": str(LABELS.relative_to(HERE.parent.parent.parent)),
+           "teacher_ndcg@10": on_gold["teacher"]["ndcg@10"],
+           "rows": [{"system": name, "student": directory, "ndcg@10": on_gold[name]["ndcg@10"],
+                     "minus_first_stage": paired_bootstrap(on_gold[name]["ndcg@10_per_query"], first),
+                     **split_agreement(qids, side, teacher)} for name, directory, side in students]
+           + [{"system": "first-stage order", "ndcg@10": on_gold["first-stage order"]["ndcg@10"],
+               **split_agreement(qids, first_stage, teacher)}]}
     (HERE / "within_question.json").write_text(json.dumps(out, indent=1) + "\n")
     rows = ["| expected score against the teacher's | pooled Spearman | Spearman of per-question means | "
             "mean within-question Spearman (questions) | top-10 overlap | nDCG@10, teacher's scores as gains | "
-            "nDCG@10, gold |", "|---|---:|---:|---:|---:|---:|---:|"]
-    for key, name in (("student_vs_teacher", "the student"), ("first_stage_vs_teacher", "the first-stage order")):
-        s = out[key]
-        # the first-stage rank restarts in every question: only its within-question value means anything
-        pooled, between = ((f"{s['pooled']:.3f}", f"{s['between_question_means']:.3f}") if key == "student_vs_teacher"
-                           else ("–", "–"))
-        rows.append(f"| {name} | {pooled} | {between} | {s['within_question_mean']:.3f} ({s['within_question_n']}) | "
-                    f"{s['top10_overlap_mean']:.3f} | {s['ndcg@10_teacher_gains']:.3f} | "
-                    f"{out['ndcg@10'][key.split('_vs_')[0]]:.3f} |")
-    d = out["student_minus_first_stage"]
-    rows += ["", f"The teacher on gold: nDCG@10 {out['ndcg@10']['teacher']:.3f}. The student minus the first-stage order "
-             f"on gold, question by question: {d['mean_diff']:+.3f} [{d['ci95'][0]:+.3f}, {d['ci95'][1]:+.3f}] (95%, "
-             f"{d['queries']} questions; {d['better']} better, {d['worse']} worse)."]
+            "nDCG@10, gold | gold nDCG@10 minus the first stage, per question (95%) |",
+            "|---|---:|---:|---:|---:|---:|---:|---|"]
+    for r in out["rows"]:
+        d = r.get("minus_first_stage")
+        # the first-stage rank restarts in every question: only its within-question values mean anything
+        pooled, between = ((f"{r['pooled']:.3f}", f"{r['between_question_means']:.3f}") if d else ("–", "–"))
+        paired = (f"{d['mean_diff']:+.3f} [{d['ci95'][0]:+.3f}, {d['ci95'][1]:+.3f}]; {d['better']} better, "
+                  f"{d['worse']} worse of {d['queries']}" if d else "–")
+        rows.append(f"| {r['system']} | {pooled} | {between} | {r['within_question_mean']:.3f} "
+                    f"({r['within_question_n']}) | {r['top10_overlap_mean']:.3f} | {r['ndcg@10_teacher_gains']:.3f} | "
+                    f"{r['ndcg@10']:.3f} | {paired} |")
+    rows += ["", f"The teacher on gold: nDCG@10 {out['teacher_ndcg@10']:.3f}."]
     (HERE / "within_question.md").write_text("\n".join(rows) + "\n")
     print("\n".join(rows))
 
