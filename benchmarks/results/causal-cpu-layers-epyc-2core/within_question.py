@@ -78,17 +78,19 @@ def main() -> None:
     qids = table.column("qid").to_pylist()
     rank = {c.docid: c.rank for q in semeval_queries(args.semeval, "C", "dev") for c in q.candidates}
     first_stage = -np.asarray([rank[d] for d in table.column("docid").to_pylist()], dtype=np.float64)
-    values = teacher = gold = None
-    students = []
+    students, label_values = [], set()
     for spec in args.students:
         name, _, directory = spec.partition("=")
         scoring = torch_student_score_fn(directory)
         got = evaluate(LABELS, scoring, return_logits=True)
-        values = np.asarray(scoring.scorer.spec.label_values, dtype=np.float64)
-        teacher = np.asarray(table.column("probs").to_pylist(), dtype=np.float64) @ values
-        gold = values[np.asarray(table.column("gold").to_pylist())]
-        side = scoring.scorer.probabilities(got["_logits"]) @ values
-        students.append((name, directory, side))
+        label_values.add(tuple(scoring.scorer.spec.label_values))
+        students.append((name, directory, scoring.scorer.probabilities(got["_logits"])))
+    if len(label_values) != 1:
+        raise SystemExit(f"the students read different label values {sorted(label_values)}: one table needs one scale")
+    values = np.asarray(label_values.pop(), dtype=np.float64)
+    teacher = np.asarray(table.column("probs").to_pylist(), dtype=np.float64) @ values
+    gold = values[np.asarray(table.column("gold").to_pylist())]
+    students = [(name, directory, probs @ values) for name, directory, probs in students]
     on_gold = {name: ndcg_at_k(gold, side, qids, per_query=True)
                for name, side in [(n, s) for n, _, s in students] + [("first-stage order", first_stage),
                                                                       ("teacher", teacher)]}
