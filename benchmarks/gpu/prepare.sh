@@ -23,7 +23,7 @@ source benchmarks/gpu/bundle.sh
 rm -rf "$CARRY"
 mkdir -p "$STAGE/wheels"
 if [ "$SMOKE" != 1 ]; then
-  download_wheels "$PY" "$STAGE/wheels" "$ORT_GPU" "${SERVE_WHEELS[@]}"
+  download_wheels "$PY" "$STAGE/wheels" "$ORT_GPU" "${SERVE_WHEELS[@]}" "${TEST_WHEELS[@]}"
 fi
 
 SMOKE_FLAG=()

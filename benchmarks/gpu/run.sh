@@ -11,6 +11,9 @@
 #                                                 # `part causal` too: that part serves the export `bench` started)
 #   bash benchmarks/gpu/run.sh tests              # the GPU tests alone, when `bench` had no budget left for them
 #   bash benchmarks/gpu/run.sh probe              # ../shared/probes/gpu_graphs.py on the demo artifact exported there
+#   bash benchmarks/gpu/run.sh install            # the last piece, then install, without measuring (for `tests`,
+#                                                 # `part NAME` or `tokenise-threads` in the same call)
+#   bash benchmarks/gpu/run.sh tokenise-threads   # a SemEval top-100's tokenising at 1-16 of the tokenizer's threads
 #   SMOKE=1 bash benchmarks/gpu/run.sh bench   # here, on the CPU, after SMOKE=1 prepare.sh: the same steps, tiny models
 #
 # The bench step keeps to BUDGET_S (default 480 s) in all: the causal student's export starts in the background, then
@@ -136,7 +139,7 @@ tests() {  # the GPU tests alone, on a machine where `bench` already installed e
   grep -A3 "^## gpu_tests" "$OUT/report.md"
 }
 
-bench() {
+install() {  # take the last piece, assemble and check the bundle, install onnxruntime-gpu, the wheels and r3edge
   take
   assemble_bundle "$R3GPU"
   if [ "$SMOKE" != 1 ]; then
@@ -147,6 +150,19 @@ bench() {
   fi
   # r3edge itself as a real (not editable) install in both modes, so the smoke runs what the GPU machine runs
   "$PY" -m pip install -q --no-index --no-deps --no-build-isolation --no-compile --upgrade --target "$R3GPU/site" . || exit 7
+}
+
+# tokenise_threads: Scorer.encode_batch per SemEval top-100 at each count of the Rust tokenizer's threads, on the
+# measuring cores (bench_gpu.py tokenise-threads says why), into $OUT/tokenise_threads.json
+tokenise_threads() {
+  gpu_env
+  local few=(); [ "$SMOKE" = 1 ] && few=(--student demo --max-requests 2 --counts 1,2)
+  "${MEASURE_CPUS[@]}" "$PY" "$REPO/benchmarks/gpu/bench_gpu.py" tokenise-threads --stage "$R3GPU/stage" --out "$OUT" \
+    "${few[@]}" 2>&1 | tee "$OUT/tokenise-threads.log"
+}
+
+bench() {
+  install
   gpu_env
   # The causal student's export first, in the background (235 s of CPU in the second run); meanwhile the recommended
   # SemEval student (the issue's goals are read on it) and the demo student; then the causal part serves the export
@@ -167,5 +183,7 @@ case "${1:-}" in
   part) part "${2:-}" ;;
   probe) probe ;;
   tests) tests ;;
-  *) echo "usage: run.sh take|bench|part NAME|tests|probe" >&2; exit 2 ;;
+  install) install ;;
+  tokenise-threads) tokenise_threads ;;
+  *) echo "usage: run.sh take|bench|install|part NAME|tests|probe|tokenise-threads" >&2; exit 2 ;;
 esac
