@@ -5,7 +5,7 @@ from the scoring contract, and the typed error when ``tensorrt`` is absent. What
 libraries import and a GPU is present, and skips with the reason otherwise: the TensorRT FP16 and INT8
 engine builds (r3edge.export.tensorrt) checked against ONNX Runtime's fp32 graph, and the fp16 and
 fp16-packed ONNX variants on onnxruntime's CUDA provider (run by benchmarks/gpu/run.sh on a lent GPU
-machine; benchmarks/results/gpu-students-h200-second-run/ has the fp16 test's last pass there).
+machine; benchmarks/results/gpu-students-h200-third-run/ has both tests' last pass there).
 """
 
 from __future__ import annotations

@@ -255,11 +255,13 @@ def _tokenise_ms(scorer, queries) -> dict:
 
 
 def tokenise_threads(args) -> int:
-    """The served rows spend 3.0-3.4 ms of a top-100 tokenising on the H200 machine's 12 measuring cores, 2.4 ms in
-    process, against 4 ms on a 2-core EPYC (benchmarks/results/gpu-students-h200-third-run): many threads did not
-    make one top-100 much faster. This measures ``Scorer.encode_batch``'s p50 per top-100 at each thread count of the
-    Rust tokenizer's pool (rayon reads ``RAYON_NUM_THREADS`` once per process, so one child process per count) and
-    with ``TOKENIZERS_PARALLELISM=false``, on the same requests, into ``tokenise_threads.json`` in ``--out``."""
+    """Whether the tokenizer's thread count is a lever on a served top-100's time: the served rows spend 3.0-3.4 ms of
+    a SemEval top-100 tokenising on the H200 machine's 12 measuring cores, 2.4 ms in process there, and 4 ms on a
+    2-core EPYC. This measures ``Scorer.encode_batch``'s p50 per top-100 at each thread count of the Rust tokenizer's
+    pool (rayon reads ``RAYON_NUM_THREADS`` once per process, so one child process per count) and with
+    ``TOKENIZERS_PARALLELISM=false``, on the same requests, into ``tokenise_threads.json`` in ``--out``. On the H200
+    machine it fell from 15.4 ms on 1 thread to 2.7 ms on 12 and 16 (benchmarks/results/gpu-students-h200-third-run):
+    the served default already uses every core it has."""
     import subprocess
 
     from r3edge.benchmarks.machine import machine_info

@@ -546,7 +546,9 @@ DEFAULT_MAX_BATCH_TOKENS = 512
 #: tokens and 64 pairs a micro-batch (about three micro-batches for a SemEval top-100) beat a whole top-100 in one
 #: (32,768 and 128) for both MiniLM students, at concurrency 1 (p50 11.7 against 14.3 ms per top-100; demo student
 #: 9.1 against 10.7) and at 16 (15,975 against 11,710 pairs/s): benchmarks/results/gpu-students-h200-second-run.
-#: The 1.5B causal student has not been served under these limits. benchmarks/gpu serves a whole top-100 in
+#: The third run confirmed both students' order (fp16: 10.8 against 13.9 ms, demo 8.9 against 11.0) and served the
+#: 1.5B-shape causal student under these limits in 139.9 ms against 245.9 per top-100 (4,096 tokens: 127.1 ms, at
+#: concurrency 1 only): benchmarks/results/gpu-students-h200-third-run. benchmarks/gpu serves a whole top-100 in
 #: one micro-batch beside them (GPU_WHOLE_TOP100_LIMITS there).
 GPU_MAX_BATCH_TOKENS = 8192
 #: Pairs in one micro-batch at most, on a CPU (:data:`DEFAULT_MAX_BATCH_TOKENS` caps it first on real pairs) and
