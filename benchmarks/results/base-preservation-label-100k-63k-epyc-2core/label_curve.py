@@ -29,7 +29,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from r3edge.core.metrics import paired_bootstrap  # noqa: E402
+from r3edge.core.metrics import paired_bootstrap, seed_mean  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE.parent
@@ -68,8 +68,7 @@ def _per_query_mean(files: list[str], s: str) -> dict[str, float] | None:
     per_seed = [_results(f).get("per_query") for f in files]
     if any(p is None for p in per_seed):
         return None
-    qids = sorted(set.intersection(*(set(p[TRAINED][s]) for p in per_seed)))
-    return {q: float(np.mean([p[TRAINED][s][q] for p in per_seed])) for q in qids}
+    return seed_mean([p[TRAINED][s] for p in per_seed])
 
 
 def against_reference() -> list[dict]:

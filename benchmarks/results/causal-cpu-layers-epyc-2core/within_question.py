@@ -51,16 +51,19 @@ def _top(scores: np.ndarray, k: int = 10) -> set[int]:
     return set(np.argsort(-scores, kind="stable")[:k].tolist())
 
 
-def split_agreement(qids: list[str], side: np.ndarray, teacher: np.ndarray) -> dict:
+def split_agreement(qids: list[str], side: np.ndarray, teacher: np.ndarray, *, within_only: bool = False) -> dict:
     """Pooled, between-question and mean within-question Spearman of ``side`` against ``teacher``; the mean overlap
-    of their top 10s; and ``side``'s nDCG@10 with the teacher's expected scores as gains."""
+    of their top 10s; and ``side``'s nDCG@10 with the teacher's expected scores as gains. ``within_only``: ``side``
+    restarts in every question (a first-stage rank), so its pooled and between-question values mean nothing and are
+    left out (None)."""
     by_q: dict[str, list[int]] = defaultdict(list)
     for i, q in enumerate(qids):
         by_q[q].append(i)
     within = [r for idx in by_q.values() if (r := _rho(side[idx], teacher[idx])) is not None]
     means = np.asarray([[side[idx].mean(), teacher[idx].mean()] for idx in by_q.values()])
     overlap = [len(_top(side[idx]) & _top(teacher[idx])) / 10 for idx in by_q.values()]
-    return {"pooled": _rho(side, teacher), "between_question_means": _rho(means[:, 0], means[:, 1]),
+    return {"pooled": None if within_only else _rho(side, teacher),
+            "between_question_means": None if within_only else _rho(means[:, 0], means[:, 1]),
             "within_question_mean": float(np.mean(within)), "within_question_n": len(within),
             "top10_overlap_mean": float(np.mean(overlap)),
             "ndcg@10_teacher_gains": ndcg_at_k(teacher, side, qids)["ndcg@10"]}
@@ -101,7 +104,7 @@ def main() -> None:
                      "minus_first_stage": paired_bootstrap(on_gold[name]["ndcg@10_per_query"], first),
                      **split_agreement(qids, side, teacher)} for name, directory, side in students]
            + [{"system": "first-stage order", "ndcg@10": on_gold["first-stage order"]["ndcg@10"],
-               **split_agreement(qids, first_stage, teacher)}]}
+               **split_agreement(qids, first_stage, teacher, within_only=True)}]}
     (HERE / "within_question.json").write_text(json.dumps(out, indent=1) + "\n")
     rows = ["| expected score against the teacher's | pooled Spearman | Spearman of per-question means | "
             "mean within-question Spearman (questions) | top-10 overlap | nDCG@10, teacher's scores as gains | "
@@ -109,8 +112,8 @@ def main() -> None:
             "|---|---:|---:|---:|---:|---:|---:|---|"]
     for r in out["rows"]:
         d = r.get("minus_first_stage")
-        # the first-stage rank restarts in every question: only its within-question values mean anything
-        pooled, between = ((f"{r['pooled']:.3f}", f"{r['between_question_means']:.3f}") if d else ("–", "–"))
+        pooled, between = (("–", "–") if r["pooled"] is None
+                           else (f"{r['pooled']:.3f}", f"{r['between_question_means']:.3f}"))
         paired = (f"{d['mean_diff']:+.3f} [{d['ci95'][0]:+.3f}, {d['ci95'][1]:+.3f}]; {d['better']} better, "
                   f"{d['worse']} worse of {d['queries']}" if d else "–")
         rows.append(f"| {r['system']} | {pooled} | {between} | {r['within_question_mean']:.3f} "
