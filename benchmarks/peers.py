@@ -92,7 +92,9 @@ class PeerWorker:
 def peer_max_seq_length(scorer: Scorer) -> int:
     """sentence-transformers' ``max_seq_length`` for a cosine student's peers (here and in benchmarks/gpu):
     ``[CLS] document [SEP]``, the document budget as r3edge embeds a document. The peers cut the query there too;
-    the student cuts it at ``max_query_tokens``."""
+    the student cuts it at ``max_query_tokens``. That is the one difference in what they compute: on the demo student
+    (48 query tokens) it left the peer 0.946 of the student's top 10, and with each query cut as the student cuts it
+    the two agreed to 6.9e-7 (benchmarks/results/gpu-students-h200-third-run/st_query_cut.py)."""
     return scorer.spec.max_doc_tokens + 2
 
 
