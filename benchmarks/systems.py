@@ -107,11 +107,12 @@ def labels_row(queries: Sequence[QueryCandidates], labels_dir: str | Path, label
 
 @contextmanager
 def serve_artifact(artifact: str, variant: str | None, threads: int | None, *, env: dict[str, str] | None = None,
-                   **limits) -> Iterator[str]:
+                   log: Path | None = None, **limits) -> Iterator[str]:
     """Run `r3edge serve` in a child process on a free port; yield its address; stop it (SIGTERM).
 
-    ``limits`` become flags (``max_batch_tokens=512`` -> ``--max-batch-tokens 512``); None is left out.
-    ``env`` is laid over this process's environment for the child (e.g. ``TOKENIZERS_PARALLELISM``).
+    ``limits`` become flags (``max_batch_tokens=512`` -> ``--max-batch-tokens 512``, ``log_level="DEBUG"``); None is
+    left out. ``env`` is laid over this process's environment for the child (e.g. ``TOKENIZERS_PARALLELISM``).
+    ``log``: the server's whole output is written there, complete once the context has exited (else it is dropped).
     """
     import re
     import subprocess
@@ -125,6 +126,7 @@ def serve_artifact(artifact: str, variant: str | None, threads: int | None, *, e
             cmd += [f"--{name.replace('_', '-')}", str(value)]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             env=None if env is None else {**os.environ, **env})
+    drainer = None
     try:
         seen = []
         for line in proc.stdout:  # the server prints "serving ... on HOST:PORT" once it is SERVING
@@ -136,7 +138,16 @@ def serve_artifact(artifact: str, variant: str | None, threads: int | None, *, e
             raise InvalidInput(f"`r3edge serve {artifact}` exited before serving:\n{''.join(seen[-20:])}",
                               "run the same `r3edge serve` command by hand to see the error")
         # keep draining its output so a chatty server never blocks on a full pipe
-        threading.Thread(target=proc.stdout.read, daemon=True).start()
+        def drain() -> None:
+            if log is None:
+                proc.stdout.read()
+                return
+            with open(log, "w") as fh:
+                fh.writelines(seen)
+                for line in proc.stdout:
+                    fh.write(line)
+        drainer = threading.Thread(target=drain, daemon=True)
+        drainer.start()
         yield m.group(1)
     finally:
         proc.terminate()
@@ -145,6 +156,8 @@ def serve_artifact(artifact: str, variant: str | None, threads: int | None, *, e
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+        if drainer is not None:
+            drainer.join(30)
 
 
 def _variants_of(artifact: str) -> list[str | None]:

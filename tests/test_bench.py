@@ -397,6 +397,21 @@ def test_serve_artifact_passes_its_flags_and_environment_to_the_child(tiny_artif
     assert (limits.max_batch_tokens, limits.max_batch_size) == (300, 5)
 
 
+def test_serve_artifact_writes_the_whole_server_output_to_its_log(tiny_artifact, tmp_path):
+    """``log`` keeps what the child printed, from its start line to the access lines of the requests it served (the
+    transport split reads the handler's own time there), complete once the context has exited."""
+    from r3edge.api.client import RerankerClient
+    from r3edge.benchmarks.systems import serve_artifact
+
+    log = tmp_path / "serve.log"
+    with serve_artifact(str(tiny_artifact), None, 1, log=log, log_level="DEBUG") as target:
+        with RerankerClient(target) as client:
+            client.wait_ready(60)
+            client.rerank("how do I renew a visa", [("a", "renew it online"), ("b", "buy bread")])
+    text = log.read_text()
+    assert "serving " in text and " Rerank OK pairs=2 " in text
+
+
 def test_bench_needs_exactly_one_system(sample_pairs_file):
     from r3edge.benchmarks.systems import bench_systems
     from r3edge.core.errors import R3EdgeError

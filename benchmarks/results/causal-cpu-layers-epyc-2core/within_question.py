@@ -32,6 +32,7 @@ from scipy.stats import spearmanr
 
 from r3edge.core.labels import read_labels
 from r3edge.core.metrics import ndcg_at_k, paired_bootstrap
+from r3edge.core.timing import top_k_overlap
 from r3edge.distill.data.datasets import semeval_queries
 from r3edge.distill.student.evaluate import evaluate, torch_student_score_fn
 
@@ -46,11 +47,6 @@ def _rho(a, b) -> float | None:
     return float(spearmanr(a, b).statistic)
 
 
-def _top(scores: np.ndarray, k: int = 10) -> set[int]:
-    """Positions of the ``k`` highest scores (ties broken by position, as a stable sort does)."""
-    return set(np.argsort(-scores, kind="stable")[:k].tolist())
-
-
 def split_agreement(qids: list[str], side: np.ndarray, teacher: np.ndarray, *, within_only: bool = False) -> dict:
     """Pooled, between-question and mean within-question Spearman of ``side`` against ``teacher``; the mean overlap
     of their top 10s; and ``side``'s nDCG@10 with the teacher's expected scores as gains. ``within_only``: ``side``
@@ -61,7 +57,7 @@ def split_agreement(qids: list[str], side: np.ndarray, teacher: np.ndarray, *, w
         by_q[q].append(i)
     within = [r for idx in by_q.values() if (r := _rho(side[idx], teacher[idx])) is not None]
     means = np.asarray([[side[idx].mean(), teacher[idx].mean()] for idx in by_q.values()])
-    overlap = [len(_top(side[idx]) & _top(teacher[idx])) / 10 for idx in by_q.values()]
+    overlap = [top_k_overlap(teacher[idx], side[idx]) for idx in by_q.values()]
     return {"pooled": None if within_only else _rho(side, teacher),
             "between_question_means": None if within_only else _rho(means[:, 0], means[:, 1]),
             "within_question_mean": float(np.mean(within)), "within_question_n": len(within),

@@ -45,6 +45,7 @@ def main() -> int:
     from r3edge.benchmarks.machine import machine_info
     from r3edge.benchmarks.peers import peer_max_seq_length
     from r3edge.core.pairs import read_queries
+    from r3edge.core.timing import top_k_overlap
     from r3edge.model.student import lm_score_fn, load_student
 
     student = Path(args.student)
@@ -63,19 +64,16 @@ def main() -> int:
     head = json.loads((student / "cosine_head.json").read_text())
     st = SentenceTransformer(str(student), device="cpu")
     st.max_seq_length = peer_max_seq_length(scorer)
-    tok = scorer._text_tokenizer  # the student's own text tokenizer: the cut must be where the student cuts
+    t = spec.template
 
     def cut(query: str) -> str:
-        enc = tok.encode(query, add_special_tokens=False)
-        return query if len(enc.ids) <= spec.max_query_tokens else query[: enc.offsets[spec.max_query_tokens - 1][1]]
+        """The query as the student reads it: render_batch cuts it where encode_batch does (the template stripped)."""
+        return scorer.render_batch([query], [""])[0][len(t.head): -len(t.mid + t.tail) or None]
 
     def peer(query: str, docs: list[str]) -> np.ndarray:
         emb = st.encode([query, *docs], batch_size=128, normalize_embeddings=True, convert_to_numpy=True,
                         show_progress_bar=False).astype(np.float64)
         return peers.expected_scores(emb[1:] @ emb[0], head, spec.label_values, float(spec.temperature))
-
-    def top(s: np.ndarray) -> set[int]:
-        return set(np.argsort(-s, kind="stable")[:10].tolist())
 
     rows = {}
     for name, prep in (("peer as run (query cut at max_seq_length)", lambda q: q),
@@ -83,11 +81,11 @@ def main() -> int:
         overlap, diff = [], []
         for q in queries:
             s = peer(prep(q.query), [c.text for c in q.candidates])
-            overlap.append(len(top(s) & top(reference[q.qid])) / 10)
+            overlap.append(top_k_overlap(reference[q.qid], s))
             diff.append(float(np.abs(s - reference[q.qid]).max()))
         rows[name] = {"top10_overlap_mean": float(np.mean(overlap)), "max_abs_score_diff": max(diff),
                       "lists_with_overlap_below_1": int(sum(o < 1 for o in overlap))}
-    long_queries = sum(len(tok.encode(q.query, add_special_tokens=False).ids) > spec.max_query_tokens for q in queries)
+    long_queries = sum(scorer.encode_batch([q.query], [""])[0].query_tokens_dropped > 0 for q in queries)
     out = {"student": str(student), "lists": len(queries), "max_query_tokens": spec.max_query_tokens,
            "max_doc_tokens": spec.max_doc_tokens, "peer_max_seq_length": st.max_seq_length,
            "queries_over_max_query_tokens": int(long_queries), "reference": "r3edge's scoring graph, torch fp32",

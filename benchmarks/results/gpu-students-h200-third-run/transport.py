@@ -11,6 +11,8 @@ on any machine, with the same client the GPU benchmark uses (``RerankerClient``,
   (request id, checks, building the top-10 response);
 - a bare RPC (``ModelInfo``, and the health check), the floor of one unary call on that machine.
 
+The server is `r3edge.benchmarks.systems.serve_artifact`'s child, with its output kept in ``OUT.server.log``.
+
 The scoring itself is whatever the artifact costs on this CPU and cancels out of both differences.
 
     .venv/bin/python benchmarks/results/gpu-students-h200-third-run/transport.py runs/demo/artifact \\
@@ -23,7 +25,6 @@ import argparse
 import json
 import re
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -41,38 +42,29 @@ def main() -> int:
     from r3edge.api.client import RerankerClient
     from r3edge.benchmarks.load import request_candidates
     from r3edge.benchmarks.machine import machine_info
+    from r3edge.benchmarks.systems import serve_artifact
     from r3edge.core.pairs import read_queries
 
     payloads = [(q.query, request_candidates(q)) for q in read_queries(args.pairs)[:10]]
-    with __import__("socket").socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
     log = Path(args.out).with_suffix(".server.log")
-    with open(log, "w") as fh:
-        server = subprocess.Popen([sys.executable, "-m", "r3edge", "serve", args.artifact, "--host", "127.0.0.1",
-                                   "--port", str(port), "--log-level", "DEBUG"], stdout=fh, stderr=subprocess.STDOUT)
-    try:
-        client = RerankerClient(f"127.0.0.1:{port}")
-        client.wait_ready(timeout=300)
-        rows = []
-        for i in range(args.warm + args.requests):
+
+    def p50_of(call, n=100):
+        ms = []
+        for _ in range(n):
             t = time.perf_counter()
-            resp = client.rerank_raw(*payloads[i % len(payloads)])
-            rows.append(((time.perf_counter() - t) * 1e3, resp.timing.total_ms))
+            call()
+            ms.append((time.perf_counter() - t) * 1e3)
+        return statistics.median(ms)
 
-        def p50_of(call, n=100):
-            ms = []
-            for _ in range(n):
+    with serve_artifact(args.artifact, None, None, log=log, log_level="DEBUG") as target:
+        with RerankerClient(target) as client:
+            client.wait_ready(timeout=300)
+            rows = []
+            for i in range(args.warm + args.requests):
                 t = time.perf_counter()
-                call()
-                ms.append((time.perf_counter() - t) * 1e3)
-            return statistics.median(ms)
-
-        bare = {"model_info_ms_p50": p50_of(client.model_info), "health_ms_p50": p50_of(client.is_serving)}
-        client.close()
-    finally:
-        server.terminate()
-        server.wait(timeout=60)
+                resp = client.rerank_raw(*payloads[i % len(payloads)])
+                rows.append(((time.perf_counter() - t) * 1e3, resp.timing.total_ms))
+            bare = {"model_info_ms_p50": p50_of(client.model_info), "health_ms_p50": p50_of(client.is_serving)}
     # the access log's Rerank lines, in the order the requests were sent (one at a time)
     handler = [float(m.group(1)) for m in re.finditer(r"Rerank OK pairs=\d+ ([0-9.]+) ms", log.read_text())]
     if len(handler) != len(rows):
