@@ -9,9 +9,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
+# what an outer make (`make test LAZY_BYTECODE=1`, as CI runs these tests) hands its commands, and they to a sub-make
+OUTER_MAKE = {"MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES", "LAZY_BYTECODE", "PYTHONDONTWRITEBYTECODE"}
+
+
 def _make(*args: str, env: dict | None = None) -> str:
+    clean = {k: v for k, v in os.environ.items() if k not in OUTER_MAKE}
     proc = subprocess.run(["make", "-s", *args], cwd=ROOT, capture_output=True, text=True, timeout=60,
-                          env={**os.environ, **(env or {})})
+                          env={**clean, **(env or {})})
     assert proc.returncode == 0, proc.stderr
     return proc.stdout
 
