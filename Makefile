@@ -11,10 +11,10 @@ TORCH  ?= torch==2.13.0
 MAKEFLAGS += -j2
 # LAZY_BYTECODE=1 (what .ci/run sets): pip installs without compiling every module to bytecode, and Python
 # compiles only what is imported, once, writing it beside the source (PYTHONDONTWRITEBYTECODE is unset for
-# make's commands). The two environments hold ~41,700 .py files; compiling them was most of the install
-# phase: on a 2-core AMD EPYC, no pip cache, `make -j2 install vllm` took 154 s with pip's compile and 83 s
-# without (benchmarks/results/ci-install-epyc-2core/). Left off by default, so a user's environment keeps its
-# bytecode where PYTHONDONTWRITEBYTECODE would otherwise recompile at every start.
+# make's commands). The two environments hold ~41,700 .py files, of which the tests import a few thousand: on a
+# 2-core AVX2 AMD EPYC, no pip cache, `make -j2 install vllm` took 154 s with pip's compile and 83 s without,
+# and pytest 11 s more (benchmarks/results/ci-install-epyc-2core/). Left off by default, so a user's environment
+# keeps its bytecode where PYTHONDONTWRITEBYTECODE would otherwise recompile at every start.
 ifdef LAZY_BYTECODE
 PIP_NO_BYTECODE := --no-compile
 unexport PYTHONDONTWRITEBYTECODE
