@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# The first pytest pair: A (pip compiled everything) then B (--no-compile, bytecode written as imported), in the
+# clones install_ab.sh left; PYTHONDONTWRITEBYTECODE is unset for B as `make test LAZY_BYTECODE=1` unsets it.
 set -uo pipefail
 cd /tmp/r3edge-ab-A
 s=$(date +%s.%N); .venv/bin/python -m pytest -q -n 2 --dist loadfile -p no:cacheprovider > /work/exp/pytest-A.log 2>&1; rc=$?
