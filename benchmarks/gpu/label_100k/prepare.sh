@@ -19,6 +19,9 @@ CARRY=benchmarks/gpu/label_100k/carry
 STAGE=$CARRY/stage
 SMOKE=${SMOKE:-0}
 STUDENT=${STUDENT:-0}
+# shards 3-4 labelled on a CPU by the same judge while no GPU was lent (label_cpu.sh); none in the smoke run
+CPU_LABELS=${CPU_LABELS:-$([ "$SMOKE" = 0 ] && echo benchmarks/results/label-100k-cpu-2core/labels)}
+CPU_SHARDS=$([ -n "$CPU_LABELS" ] && ls -d "$CPU_LABELS"/shard-*-of-05 2>/dev/null || true)
 # shellcheck source=benchmarks/gpu/bundle.sh
 source benchmarks/gpu/bundle.sh
 grep -qx '/benchmarks/gpu/label_100k/carry/' .git/info/exclude 2>/dev/null || echo /benchmarks/gpu/label_100k/carry/ >> .git/info/exclude
@@ -68,18 +71,22 @@ if [ -n "${ADAPTER:-}" ]; then
   # a later session: the first session's adapter pieces (label_100k.py unpack) and the shards already labelled
   mkdir -p "$STAGE/adapter"
   cp "$ADAPTER"/adapter.tar.[0-9][0-9] "$ADAPTER/adapter.sha256" "$ADAPTER/sft_report.json" "$STAGE/adapter/"
-  for d in "${LABELS:?LABELS=the unpacked labels folder}"/shard-*; do
-    grep -q '"complete": true' "$d/manifest.json" && basename "$d"
+  # complete shards: LABELS's, then CPU_LABELS's (label_cpu.sh: the same judge on a CPU) where LABELS lacks them
+  for d in "${LABELS:?LABELS=the unpacked labels folder}"/shard-* $CPU_SHARDS; do
+    [ -d "$STAGE/labels/$(basename "$d")" ] && continue
+    grep -q '"complete": true' "$d/manifest.json" && mkdir -p "$STAGE/labels" && cp -r "$d" "$STAGE/labels/" && basename "$d"
   done > "$STAGE/done.txt" || true
   # the committed labels themselves, for `students` (the merge and the 6.7k arm's C train labels)
   mkdir -p "$STAGE/labels"
-  for d in "$LABELS"/dev "$LABELS"/train $(sed "s#^#$LABELS/#" "$STAGE/done.txt"); do cp -r "$d" "$STAGE/labels/"; done
+  for d in "$LABELS"/dev "$LABELS"/train; do cp -r "$d" "$STAGE/labels/"; done
 fi
 if [ "$STUDENT" = 1 ]; then
   # the 1.5B student's labels travel in the bundle, since benchmarks/results leaves the working tree (THIN below)
   J=benchmarks/results/label-100k-h200/labels
   mkdir -p "$STAGE/student/train"
-  for d in ${STUDENT_LABELS:-$J/shard-*-of-05}; do cp -r "$d" "$STAGE/student/train/"; done
+  for d in ${STUDENT_LABELS:-$J/shard-*-of-05 $CPU_SHARDS}; do
+    [ -d "$STAGE/student/train/$(basename "$d")" ] || ! grep -q '"complete": true' "$d/manifest.json" || cp -r "$d" "$STAGE/student/train/"
+  done
   cp -r "${STUDENT_DEV:-$J/dev}" "$STAGE/student/dev"; cp -r "${STUDENT_CALIB:-$J/train}" "$STAGE/student/calib"
 fi
 (cd "$STAGE" && sha256sum pairs-100k.jsonl fid/*.jsonl > pairs.sha256 && xz -T2 -6 pairs-100k.jsonl)
