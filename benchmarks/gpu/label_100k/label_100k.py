@@ -14,6 +14,8 @@ Subcommands (README.md gives the device calls in order):
     verify     (here)   rebuild the judge from a committed adapter and relabel C dev pairs against its labels
     compare    (here)   two labellings of the same pairs: argmax agreement, |delta expected score|
     report     (here)   pairs/s and GPU-seconds per 1,000 pairs from the shards' manifests; the judge's C dev check
+    same-judge (here)   label_cpu.sh, before a CPU sitting: the rebuilt judge's weights are the cold start's
+    sitting    (here)   label_cpu.sh, after it: the shard's teacher config is the GPU shards'; the sitting's record
 
 Shards: `label_pairs(..., shard="i/N")`, every query in one shard (r3edge's hash of its qid), each into its own
 folder; a shard whose manifest is complete is never labelled again. A shard cut mid-way resumes at its last
@@ -656,6 +658,49 @@ def compare(args) -> int:
     return 0
 
 
+def same_judge(args) -> int:
+    """Before a CPU sitting labels (label_cpu.sh): the judge rebuilt on this box (`verify`'s report) must have the
+    weights the cold start recorded (its call's run.json), or the shard would hold another judge's labels."""
+    got = json.loads(Path(args.verify).read_text())["judge_sha256"]
+    want = json.loads(Path(args.cold_start).read_text())["steps"]["cold_start"]["judge_sha256"]
+    if got != want:
+        raise SystemExit(f"the rebuilt judge's weights sha256 {got} ({args.verify}) is not the cold start's {want} "
+                         f"({args.cold_start}): these would be another judge's labels; rebuild it with `verify`")
+    print(f"judge weights sha256 {got[:12]}… = the cold start's")
+    return 0
+
+
+def sitting(args) -> int:
+    """After a CPU sitting (label_cpu.sh): refuse a shard whose teacher config is not the reference shard's (`r3edge
+    label --merge` would refuse to merge it), then append one record to the sittings log: the machine, the pairs
+    before and after, the rate with the judge's loading, and the labels written so far (0/1/2, as `judge_check`
+    counts them)."""
+    import torch
+
+    from r3edge.core.hardware import cpu_flags, cpu_model
+    from r3edge.core.labels import read_labels, read_manifest
+
+    labels = Path(args.labels)
+    man, ref = read_manifest(labels), read_manifest(args.reference)
+    if man["teacher_config_sha256"] != ref["teacher_config_sha256"]:
+        raise SystemExit(f"{labels}'s teacher config {man['teacher_config_sha256']} is not {args.reference}'s "
+                         f"{ref['teacher_config_sha256']}: the judge was not at the reference's path, and `r3edge label "
+                         "--merge` would refuse this shard; label it again with the judge there")
+    scores = read_labels(labels, allow_partial=True, columns=["score"]).column("score").to_pylist()
+    rec = {"ended": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "shard": labels.name, "cpu": cpu_model(),
+           "cpu_flags": cpu_flags(), "cores": len(os.sched_getaffinity(0)), "torch": torch.__version__,
+           "pairs_before": args.before, "pairs_after": len(scores), "of": man["n_pairs"],
+           "complete": bool(man.get("complete")), "wall_s": args.wall,
+           "pairs_per_s": round((len(scores) - args.before) / max(args.wall, 1), 3), "exit": args.exit,
+           "labels_0_1_2": [scores.count(k) for k in (0, 1, 2)],
+           "judge_sha256": json.loads(Path(args.verify).read_text())["judge_sha256"],
+           "teacher_config_sha256": man["teacher_config_sha256"]}
+    with open(args.log, "a") as fh:
+        fh.write(json.dumps(rec) + "\n")
+    print(json.dumps(rec))
+    return 0
+
+
 def judge_check(labels: Path, data: str, reference: Path | None) -> list[str]:
     """The cold start's check: its C dev labels against gold, beside a reference judge's committed labels of the same
     pairs (the 0.490 judge), and how often the two judges give the same label on C dev and C train. The cold start
@@ -745,9 +790,20 @@ def main() -> int:
     p.add_argument("--out")
     p.add_argument("--data", help="../shared/data/semeval2016-cqa: C dev's gold labels, for the judge's check")
     p.add_argument("--reference", help="a reference judge's labels folder (dev/, train/) to set beside this one")
+    p = sub.add_parser("same-judge")
+    p.add_argument("--verify", required=True, help="verify's report of the judge rebuilt on this box")
+    p.add_argument("--cold-start", required=True, help="the cold start's run.json (steps.cold_start.judge_sha256)")
+    p = sub.add_parser("sitting")
+    p.add_argument("--labels", required=True, help="the shard's labels folder as the sitting left it (may be partial)")
+    p.add_argument("--reference", required=True, help="a shard the cold start's machine labelled (its teacher config)")
+    p.add_argument("--verify", required=True, help="verify's report of the judge that labelled (its weights' sha256)")
+    p.add_argument("--log", required=True, help="the sittings log (JSON lines) to append to")
+    p.add_argument("--before", type=int, required=True, help="pairs the shard held before the sitting")
+    p.add_argument("--wall", type=int, required=True, help="the sitting's wall seconds")
+    p.add_argument("--exit", type=int, required=True, help="r3edge label's exit status (124: stopped at the limit)")
     args = ap.parse_args()
     steps = {"cold-start": cold_start, "label": label, "students": students, "flush": flush, "unpack": unpack,
-             "verify": verify, "compare": compare, "report": report}
+             "verify": verify, "compare": compare, "report": report, "same-judge": same_judge, "sitting": sitting}
     return steps[args.cmd](args)
 
 

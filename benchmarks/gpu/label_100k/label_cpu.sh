@@ -30,14 +30,7 @@ if [ ! -f "$R3/work/judge/sft_report.json" ]; then
   "$PY" benchmarks/gpu/label_100k/label_100k.py verify --adapter "$H/adapter" --labels "$H/labels/dev" \
     --data ../shared/data/semeval2016-cqa --pairs 16 --work "$R3/work" --out "$R3/verify.json"
 fi
-"$PY" - "$R3/verify.json" "$H"/run-*-cold-start.json <<'PYEOF'
-import json, sys
-got = json.load(open(sys.argv[1]))["judge_sha256"]
-want = json.load(open(sys.argv[2]))["steps"]["cold_start"]["judge_sha256"]
-if got != want:
-    sys.exit(f"the rebuilt judge's weights sha256 {got} is not the H200 judge's {want}: these would be another judge's labels")
-print(f"judge weights sha256 {got[:12]}… = the H200's")
-PYEOF
+"$PY" benchmarks/gpu/label_100k/label_100k.py same-judge --verify "$R3/verify.json" --cold-start "$H"/run-*-cold-start.json
 
 # resume from the committed chunks (a fresh box), unless this box already holds more
 if [ -f "$C/labels/$NAME/manifest.json" ] && [ ! -f "$OUT/manifest.json" ]; then
@@ -54,28 +47,10 @@ before=$(count "$OUT"); t0=$(date +%s)
 rc=0
 timeout --kill-after=60 "$SECONDS_MAX" "$PY" -m r3edge label "$R3/pairs-100k.jsonl" --teacher score-only-qwen-coder-1.5b \
   --teacher-model "$R3/work/judge" --shard "$SHARD/5" --batch-size 16 --shard-size 512 --out "$OUT" || rc=$?
-after=$(count "$OUT"); wall=$(( $(date +%s) - t0 ))
+wall=$(( $(date +%s) - t0 ))
 [ "$rc" = 0 ] || [ "$rc" = 124 ] || { echo "label_cpu.sh: r3edge label exited $rc; nothing copied" >&2; exit "$rc"; }
 
 # the chunks written so far, into the committed folder (the lock file stays here)
 rm -rf "$C/labels/$NAME" && mkdir -p "$C/labels/$NAME" && cp "$OUT"/manifest.json "$OUT"/part-*.parquet "$C/labels/$NAME/"
-"$PY" - "$C/sittings.jsonl" "$NAME" "$before" "$after" "$wall" "$rc" "$R3/verify.json" <<'PYEOF'
-import json, sys, time
-import torch
-from r3edge.core.hardware import cpu_flags, cpu_model
-from r3edge.core.labels import read_manifest
-path, name, before, after, wall, rc, verify = sys.argv[1], sys.argv[2], *map(int, sys.argv[3:7]), sys.argv[7]
-man = read_manifest(f"{path.rsplit('/', 1)[0]}/labels/{name}")
-h200 = read_manifest("benchmarks/results/label-100k-h200/labels/shard-00-of-05")
-if man["teacher_config_sha256"] != h200["teacher_config_sha256"]:
-    sys.exit(f"{name}'s teacher config {man['teacher_config_sha256']} is not the H200 shards' {h200['teacher_config_sha256']}: "
-             "the judge was not at /var/tmp/r3l/work/judge, and `r3edge label --merge` would refuse it")
-rec = {"ended": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "shard": name, "cpu": cpu_model(),
-       "cpu_flags": cpu_flags(), "cores": len(__import__("os").sched_getaffinity(0)), "torch": torch.__version__,
-       "pairs_before": before, "pairs_after": after, "of": man["n_pairs"], "complete": bool(man.get("complete")),
-       "wall_s": wall, "pairs_per_s": round((after - before) / max(wall, 1), 3), "exit": rc,
-       "judge_sha256": json.load(open(verify))["judge_sha256"], "teacher_config_sha256": man["teacher_config_sha256"]}
-with open(path, "a") as fh:
-    fh.write(json.dumps(rec) + "\n")
-print(json.dumps(rec))
-PYEOF
+"$PY" benchmarks/gpu/label_100k/label_100k.py sitting --labels "$C/labels/$NAME" --reference "$H/labels/shard-00-of-05" \
+  --verify "$R3/verify.json" --log "$C/sittings.jsonl" --before "$before" --wall "$wall" --exit "$rc"
