@@ -87,3 +87,28 @@ def test_sitting_counts_a_partial_shard(mod, tmp_path):
     rec = json.loads(log.read_text())
     assert rec["pairs_after"] == len(first) < 5000 and rec["complete"] is False
     assert rec["labels_0_1_2"] == [first.count(k) for k in (0, 1, 2)]
+
+
+def test_report_sets_the_cpu_shards_beside_the_gpu_shards_with_their_sittings(tmp_path):
+    gpu, cpu = tmp_path / "gpu" / "labels", tmp_path / "cpu" / "labels"
+    shutil.copytree(H200 / "labels" / "shard-02-of-05", gpu / "shard-02-of-05")
+    for run in H200.glob("run-*.json"):
+        shutil.copy(run, gpu.parent)
+    for name, complete in (("shard-02-of-05", True), ("shard-03-of-05", True), ("shard-04-of-05", False)):
+        shutil.copytree(H200 / "labels" / "dev", cpu / name)  # 5,000 pairs each
+        man = json.loads((cpu / name / "manifest.json").read_text())
+        man["complete"] = complete
+        man["summary"]["wall_s"] = 1000.0  # the read-out, summed over resumes
+        (cpu / name / "manifest.json").write_text(json.dumps(man))
+    sits = [{"shard": "shard-03-of-05", "cpu": "Some CPU", "cores": 2, "pairs_before": 500, "pairs_after": 3000,
+             "wall_s": 150}, {"shard": "shard-03-of-05", "cpu": "Some CPU", "cores": 2, "pairs_before": 3000,
+                              "pairs_after": 5000, "wall_s": 50}]
+    (cpu.parent / "sittings.jsonl").write_text("".join(json.dumps(s) + "\n" for s in sits))
+    r = _run("report", "--labels", str(gpu), "--cpu-labels", str(cpu))
+    assert r.returncode == 0, r.stderr
+    rows = [line for line in r.stdout.splitlines() if line.startswith("| shard-") or line.startswith("| all")]
+    assert rows[0].startswith("| shard-02-of-05 | NVIDIA H200 | 20,655 | 50.2 | 411 | 2.43 | 60.5 | 341 | 2.93 |")
+    # 5,000 pairs in 1,000 s of read-out; the sittings added 4,500 pairs in 200 s with the judge's loading
+    assert rows[1] == "| shard-03-of-05 | Some CPU, 2 cores | 5,000 | 1,000.0 | 5 | 200 | 200.0 | 22.5 | 44.4 |"
+    assert [row.split(" | ")[1] for row in rows[2:]] == ["NVIDIA H200", "Some CPU, 2 cores"]  # a total per device
+    assert "15,000" not in r.stdout and "# Issue 47's labels: 25,655 pairs in 2 complete shards" in r.stdout

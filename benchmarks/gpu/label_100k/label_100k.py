@@ -546,29 +546,49 @@ def unpack(args) -> int:
 
 
 def report(args) -> int:
-    """pairs/s and GPU-seconds per 1,000 pairs of every complete shard: the read-out (the manifest's wall time) and
-    the call's wall time with the judge's loading (run.json)."""
+    """pairs/s and device-seconds per 1,000 pairs of every complete shard: the read-out (the manifest's wall time,
+    summed over resumes) and with the judge's loading, from the GPU calls' run.json or, for a shard labelled on a CPU
+    (`--cpu-labels`, label_cpu.sh's folder), from its sittings (sittings.jsonl beside it: the pairs each sitting
+    added over its wall time, since a shard's first chunk may predate the log)."""
     from r3edge.core.labels import read_manifest
 
     labels = Path(args.labels)
     runs = [json.loads(p.read_text()) for p in sorted(labels.parent.glob("run-*.json"))]
     walls = {k: v["wall_s"] for r in runs for k, v in r.get("shards", {}).items() if v.get("complete")}
     mach = runs[-1]["machine"] if runs else {}
-    rows = []
+    gpu = mach.get("gpu") or "the CPU (no GPU)"
+    rows = []  # name, pairs, read-out s, (pairs, s) with loading, where
     for d in sorted(labels.glob("shard-*")):
         m = read_manifest(d)
         if m.get("complete"):
-            rows.append((d.name, m["summary"]["pairs"], m["summary"]["wall_s"], walls.get(d.name)))
-    n, read, wall = sum(r[1] for r in rows), sum(r[2] for r in rows), sum(r[3] or 0 for r in rows)
-    per = lambda p, w: f"{p / w:.0f} | {1000 * w / p:.2f}" if w else "– | –"  # noqa: E731
+            p = m["summary"]["pairs"]
+            rows.append((d.name, p, m["summary"]["wall_s"], (p, walls.get(d.name)), gpu))
+    for folder in map(Path, args.cpu_labels or []):
+        log = folder.parent / "sittings.jsonl"
+        sits = [json.loads(line) for line in log.read_text().splitlines()] if log.is_file() else []
+        for d in sorted(folder.glob("shard-*")):
+            m = read_manifest(d)
+            if d.name in {r[0] for r in rows} or not m.get("complete"):
+                continue
+            mine = [s for s in sits if s["shard"] == d.name]
+            where = "; ".join(sorted({f"{s['cpu']}, {s['cores']} cores" for s in mine})) or "a CPU"
+            loaded = (sum(s["pairs_after"] - s["pairs_before"] for s in mine), sum(s["wall_s"] for s in mine))
+            rows.append((d.name, m["summary"]["pairs"], m["summary"]["wall_s"], loaded, where))
+    rows.sort()
+    n = sum(r[1] for r in rows)
+    per = lambda p, w: f"{p / w:.3g} | {1000 * w / p:.3g}" if w and p else "– | –"  # noqa: E731
     lines = [f"# Issue 47's labels: {n:,} pairs in {len(rows)} complete shards", "",
-             f"Labelled on {mach.get('gpu') or 'the CPU (no GPU)'} (torch {mach.get('torch')}, transformers "
-             f"{mach.get('transformers')}, {mach.get('cpu_count')} CPU cores), in-process transformers.", "",
-             "| shard | pairs | read-out s | pairs/s | GPU-s per 1,000 | with loading s | pairs/s | GPU-s per 1,000 |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|"]
-    lines += [f"| {name} | {p:,} | {r:.1f} | {per(p, r)} | {w or 0:.1f} | {per(p, w)} |" for name, p, r, w in rows]
-    if n:
-        lines.append(f"| all | {n:,} | {read:.1f} | {per(n, read)} | {wall:.1f} | {per(n, wall)} |")
+             f"GPU: {gpu} (torch {mach.get('torch')}, transformers {mach.get('transformers')}, "
+             f"{mach.get('cpu_count')} CPU cores), in-process transformers." if runs else "No GPU call's run.json.",
+             "", "| shard | labelled on | pairs | read-out s | pairs/s | device-s per 1,000 | with loading s | pairs/s | "
+             "device-s per 1,000 |", "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+    lines += [f"| {name} | {where} | {p:,} | {r:,.1f} | {per(p, r)} | {(lw or 0):,.1f} | {per(lp, lw)} |"
+              for name, p, r, (lp, lw), where in rows]
+    for where in dict.fromkeys(r[4] for r in rows):  # one total per device: their rates do not add up
+        g = [r for r in rows if r[4] == where]
+        gp, gr = sum(r[1] for r in g), sum(r[2] for r in g)
+        lp, lw = sum(r[3][0] for r in g), sum(r[3][1] or 0 for r in g)
+        lines.append(f"| all on it | {where} | {gp:,} | {gr:,.1f} | {per(gp, gr)} | {lw:,.1f} | {per(lp, lw)} |")
     if args.data and (labels / "dev" / "manifest.json").is_file():
         lines += [""] + judge_check(labels, args.data, Path(args.reference) if args.reference else None)
     text = "\n".join(lines) + "\n"
@@ -787,6 +807,8 @@ def main() -> int:
     p.add_argument("--out")
     p = sub.add_parser("report")
     p.add_argument("--labels", required=True)
+    p.add_argument("--cpu-labels", nargs="*", metavar="DIR",
+                   help="label_cpu.sh's labels folders (sittings.jsonl beside each): their complete shards, as rows")
     p.add_argument("--out")
     p.add_argument("--data", help="../shared/data/semeval2016-cqa: C dev's gold labels, for the judge's check")
     p.add_argument("--reference", help="a reference judge's labels folder (dev/, train/) to set beside this one")
