@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import socket
+import sys
 from pathlib import Path
 
 import pytest
@@ -14,6 +16,16 @@ CONFIGS = ROOT / "configs"
 SHARED_DATA = ROOT.parent / "shared" / "data"
 TINY_STUDENT = CONFIGS / "student" / "qwen2-tiny.yaml"
 TINY_TEACHER = CONFIGS / "teacher" / "r3a-tiny.yaml"
+
+def load_script(path: Path, name: str):
+    """A script outside the package (benchmarks/, deploy/, examples/, a generated Triton model) imported from its file,
+    under ``name`` in sys.modules (pydantic resolves annotations through it)."""
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
 
 SAMPLE_QUERIES = [
     {

@@ -10,22 +10,18 @@ have no dockerd, and this test does not install one. Building the image takes mi
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, SAMPLE_QUERIES
+from conftest import ROOT, SAMPLE_QUERIES, load_script
 
 PROBES = ROOT.parent / "shared" / "probes"
 
 
 def _smoke():
-    spec = importlib.util.spec_from_file_location("r3edge_container_smoke", ROOT / "deploy" / "docker" / "smoke.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(ROOT / "deploy" / "docker" / "smoke.py", "r3edge_container_smoke")
 
 
 smoke = _smoke()

@@ -206,14 +206,11 @@ def test_the_reproduce_command_names_the_variants_when_they_are_not_the_default(
 def test_base_preservation_report_pairs_each_row_with_the_base_question_by_question():
     """base_preservation.py's report states, beside each row's difference from the base, the bootstrap interval
     over the set's questions and how many questions moved (its markdown, from a results dict)."""
-    import importlib.util
+    from conftest import load_script
 
     from r3edge.core.metrics import paired_bootstrap
 
-    path = Path(__file__).parents[1] / "benchmarks" / "scripts" / "base_preservation.py"
-    spec = importlib.util.spec_from_file_location("base_preservation", path)
-    bp = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bp)
+    bp = load_script(Path(__file__).parents[1] / "benchmarks" / "scripts" / "base_preservation.py", "base_preservation")
     base = {f"u{i}": 0.9 for i in range(10)}
     student = {**base, "u6": 0.57}  # one question of ten falls: the set's mean falls 0.033
     results = {"machine": {"cpu": "x", "cpu_flags": [], "cores_usable": 2, "ram_gib": 1, "timestamp": "t"},

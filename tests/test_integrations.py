@@ -4,7 +4,6 @@ equal the server's own ``/v2/rerank`` answer to the same request (order and scor
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -12,7 +11,7 @@ import sys
 
 import httpx
 import pytest
-from conftest import ROOT, SAMPLE_QUERIES
+from conftest import ROOT, SAMPLE_QUERIES, load_script
 
 slow = pytest.mark.slow  # the tiny artifact is built with torch: see `make test-fast` for the torch-free tier
 
@@ -25,11 +24,7 @@ STAGES = ["langchain_cohere_rerank", "llamaindex_cohere_rerank"]
 
 def example(name: str):
     """An example script imported from its file (examples/ is not a package)."""
-    spec = importlib.util.spec_from_file_location(f"r3edge_example_{name}", EXAMPLES / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # pydantic resolves the compressor's annotations through it
-    spec.loader.exec_module(module)
-    return module
+    return load_script(EXAMPLES / f"{name}.py", f"r3edge_example_{name}")  # pydantic resolves its annotations there
 
 
 def start_server(artifact, **settings):

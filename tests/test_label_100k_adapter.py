@@ -4,10 +4,10 @@ what a later session (a fresh box) rebuilds from the committed int8 file is the 
 from __future__ import annotations
 
 import copy
-import importlib.util
 from pathlib import Path
 
 import pytest
+from conftest import load_script
 
 torch = pytest.importorskip("torch")
 peft = pytest.importorskip("peft")
@@ -17,10 +17,7 @@ SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "gpu" / "label_100
 
 @pytest.fixture(scope="module")
 def mod():
-    spec = importlib.util.spec_from_file_location("label_100k_adapter", SCRIPT)
-    m = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(m)
-    return m
+    return load_script(SCRIPT, "label_100k_adapter")
 
 
 def _trained_lora(base):

@@ -3,20 +3,18 @@
 
 from __future__ import annotations
 
-import importlib.util
 import tarfile
 from pathlib import Path
 
 import pytest
+from conftest import load_script
 
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "gpu" / "label_100k" / "label_100k.py"
 
 
 @pytest.fixture
 def mod(monkeypatch):
-    spec = importlib.util.spec_from_file_location("label_100k", SCRIPT)
-    m = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(m)
+    m = load_script(SCRIPT, "label_100k_outbox")
     # the real limits scaled down 1,000 times: bundles of ~15 KiB, 60 KiB per call
     monkeypatch.setattr(m, "BUNDLE", 15 * 1024)
     monkeypatch.setattr(m, "OUT_BYTES", 60 * 1024)

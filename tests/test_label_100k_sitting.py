@@ -3,7 +3,6 @@ record refuses a shard that `r3edge label --merge` would refuse, so hours of CPU
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import shutil
 import subprocess
@@ -11,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "benchmarks" / "gpu" / "label_100k" / "label_100k.py"
@@ -19,10 +19,7 @@ H200 = ROOT / "benchmarks" / "results" / "label-100k-h200"
 
 @pytest.fixture(scope="module")
 def mod():
-    spec = importlib.util.spec_from_file_location("label_100k", SCRIPT)
-    m = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(m)
-    return m
+    return load_script(SCRIPT, "label_100k_sitting")
 
 
 def _run(*args: str) -> subprocess.CompletedProcess:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "benchmarks" / "gpu" / "label_100k" / "student_1p5b.py"
@@ -58,12 +59,7 @@ def test_every_step_ran_and_the_served_fp16_graph_scored_c_dev(smoke):
 
 
 def _module():
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("student_1p5b", SCRIPT)
-    m = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(m)
-    return m
+    return load_script(SCRIPT, "student_1p5b")
 
 
 @pytest.mark.parametrize("fp16_acc, within", [(0.696, True), (0.690, False), (0.7049, True), (0.7051, False)])
