@@ -13,7 +13,7 @@ Subcommands (README.md gives the device calls in order):
     unpack     (here)   the returned bundles -> the labels folder, the adapter's and the students' pieces
     verify     (here)   rebuild the judge from a committed adapter and relabel C dev pairs against its labels
     compare    (here)   two labellings of the same pairs: argmax agreement, |delta expected score|
-    report     (here)   pairs/s and GPU-seconds per 1,000 pairs from the shards' manifests; the judge's C dev check
+    report     (here)   pairs/s and device-seconds per 1,000 pairs of each shard (GPU calls, CPU sittings); the C dev check
     same-judge (here)   label_cpu.sh, before a CPU sitting: the rebuilt judge's weights are the cold start's
     sitting    (here)   label_cpu.sh, after it: the shard's teacher config is the GPU shards'; the sitting's record
 
