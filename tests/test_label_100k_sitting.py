@@ -104,8 +104,12 @@ def test_report_sets_the_cpu_shards_beside_the_gpu_shards_with_their_sittings(tm
     r = _run("report", "--labels", str(gpu), "--cpu-labels", str(cpu))
     assert r.returncode == 0, r.stderr
     rows = [line for line in r.stdout.splitlines() if line.startswith("| shard-") or line.startswith("| all")]
-    assert rows[0].startswith("| shard-02-of-05 | NVIDIA H200 | 20,655 | 50.2 | 411 | 2.43 | 60.5 | 341 | 2.93 |")
+    assert rows[0].startswith("| shard-02-of-05 | NVIDIA H200 | 20,655 | 18,341/1,593/721 | 50.2 | 411 | 2.43 | 60.5 "
+                              "| 341 | 2.93 |")
     # 5,000 pairs in 1,000 s of read-out; the sittings added 4,500 pairs in 200 s with the judge's loading
-    assert rows[1] == "| shard-03-of-05 | Some CPU, 2 cores | 5,000 | 1,000.0 | 5 | 200 | 200.0 | 22.5 | 44.4 |"
-    assert [row.split(" | ")[1] for row in rows[2:]] == ["NVIDIA H200", "Some CPU, 2 cores"]  # a total per device
+    assert rows[1] == ("| shard-03-of-05 | Some CPU, 2 cores | 5,000 | 4,029/585/386 | 1,000.0 | 5 | 200 | 200.0 | 22.5 "
+                       "| 44.4 |")
+    # a total per device class, then the labels of every complete shard (the incomplete shard 4 left out)
+    assert [row.split(" | ")[1] for row in rows[2:]] == ["NVIDIA H200", "2-core CPUs", "–"]
+    assert rows[-1].startswith("| all shards | – | 25,655 | 22,370/2,178/1,107 |")
     assert "15,000" not in r.stdout and "# Issue 47's labels: 25,655 pairs in 2 complete shards" in r.stdout

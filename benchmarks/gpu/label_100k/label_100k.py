@@ -557,12 +557,13 @@ def report(args) -> int:
     walls = {k: v["wall_s"] for r in runs for k, v in r.get("shards", {}).items() if v.get("complete")}
     mach = runs[-1]["machine"] if runs else {}
     gpu = mach.get("gpu") or "the CPU (no GPU)"
-    rows = []  # name, pairs, read-out s, (pairs, s) with loading, where
+    rows = []  # name, pairs, read-out s, (pairs, s) with loading, where, device class, labels 0/1/2
+    counts = lambda m: [m["summary"]["labels"].get(str(k), 0) for k in range(3)]  # noqa: E731
     for d in sorted(labels.glob("shard-*")):
         m = read_manifest(d)
         if m.get("complete"):
             p = m["summary"]["pairs"]
-            rows.append((d.name, p, m["summary"]["wall_s"], (p, walls.get(d.name)), gpu))
+            rows.append((d.name, p, m["summary"]["wall_s"], (p, walls.get(d.name)), gpu, gpu, counts(m)))
     for folder in map(Path, args.cpu_labels or []):
         log = folder.parent / "sittings.jsonl"
         sits = [json.loads(line) for line in log.read_text().splitlines()] if log.is_file() else []
@@ -572,23 +573,30 @@ def report(args) -> int:
                 continue
             mine = [s for s in sits if s["shard"] == d.name]
             where = "; ".join(sorted({f"{s['cpu']}, {s['cores']} cores" for s in mine})) or "a CPU"
+            device = " and ".join(sorted({f"{s['cores']}-core CPUs" for s in mine})) or "CPUs"
             loaded = (sum(s["pairs_after"] - s["pairs_before"] for s in mine), sum(s["wall_s"] for s in mine))
-            rows.append((d.name, m["summary"]["pairs"], m["summary"]["wall_s"], loaded, where))
+            rows.append((d.name, m["summary"]["pairs"], m["summary"]["wall_s"], loaded, where, device, counts(m)))
     rows.sort()
     n = sum(r[1] for r in rows)
     per = lambda p, w: f"{p / w:.3g} | {1000 * w / p:.3g}" if w and p else "– | –"  # noqa: E731
+    c012 = lambda c: "/".join(f"{x:,}" for x in c)  # noqa: E731
     lines = [f"# Issue 47's labels: {n:,} pairs in {len(rows)} complete shards", "",
              f"GPU: {gpu} (torch {mach.get('torch')}, transformers {mach.get('transformers')}, "
              f"{mach.get('cpu_count')} CPU cores), in-process transformers." if runs else "No GPU call's run.json.",
-             "", "| shard | labelled on | pairs | read-out s | pairs/s | device-s per 1,000 | with loading s | pairs/s | "
-             "device-s per 1,000 |", "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
-    lines += [f"| {name} | {where} | {p:,} | {r:,.1f} | {per(p, r)} | {(lw or 0):,.1f} | {per(lp, lw)} |"
-              for name, p, r, (lp, lw), where in rows]
-    for where in dict.fromkeys(r[4] for r in rows):  # one total per device: their rates do not add up
-        g = [r for r in rows if r[4] == where]
+             "Labels 0/1/2: the shards' manifests (`summary.labels`).",
+             "", "| shard | labelled on | pairs | labels 0/1/2 | read-out s | pairs/s | device-s per 1,000 | "
+             "with loading s | pairs/s | device-s per 1,000 |", "|---|---|---:|---|---:|---:|---:|---:|---:|---:|"]
+    lines += [f"| {name} | {where} | {p:,} | {c012(c)} | {r:,.1f} | {per(p, r)} | {(lw or 0):,.1f} | {per(lp, lw)} |"
+              for name, p, r, (lp, lw), where, _, c in rows]
+    for device in dict.fromkeys(r[5] for r in rows):  # one total per device class: their rates do not add up
+        g = [r for r in rows if r[5] == device]
         gp, gr = sum(r[1] for r in g), sum(r[2] for r in g)
         lp, lw = sum(r[3][0] for r in g), sum(r[3][1] or 0 for r in g)
-        lines.append(f"| all on it | {where} | {gp:,} | {gr:,.1f} | {per(gp, gr)} | {lw:,.1f} | {per(lp, lw)} |")
+        gc = [sum(r[6][k] for r in g) for k in range(3)]
+        lines.append(f"| all on it | {device} | {gp:,} | {c012(gc)} | {gr:,.1f} | {per(gp, gr)} | {lw:,.1f} | "
+                     f"{per(lp, lw)} |")
+    lines.append(f"| all shards | – | {n:,} | {c012([sum(r[6][k] for r in rows) for k in range(3)])} | "
+                 "– | – | – | – | – | – |")
     if args.data and (labels / "dev" / "manifest.json").is_file():
         lines += [""] + judge_check(labels, args.data, Path(args.reference) if args.reference else None)
     text = "\n".join(lines) + "\n"
