@@ -580,6 +580,7 @@ def report(args) -> int:
     n = sum(r[1] for r in rows)
     per = lambda p, w: f"{p / w:.3g} | {1000 * w / p:.3g}" if w and p else "– | –"  # noqa: E731
     c012 = lambda c: "/".join(f"{x:,}" for x in c)  # noqa: E731
+    total = lambda g: [sum(r[6][k] for r in g) for k in range(3)]  # noqa: E731  (labels 0/1/2 over rows g)
     lines = [f"# Issue 47's labels: {n:,} pairs in {len(rows)} complete shards", "",
              f"GPU: {gpu} (torch {mach.get('torch')}, transformers {mach.get('transformers')}, "
              f"{mach.get('cpu_count')} CPU cores), in-process transformers." if runs else "No GPU call's run.json.",
@@ -592,10 +593,9 @@ def report(args) -> int:
         g = [r for r in rows if r[5] == device]
         gp, gr = sum(r[1] for r in g), sum(r[2] for r in g)
         lp, lw = sum(r[3][0] for r in g), sum(r[3][1] or 0 for r in g)
-        gc = [sum(r[6][k] for r in g) for k in range(3)]
-        lines.append(f"| all on it | {device} | {gp:,} | {c012(gc)} | {gr:,.1f} | {per(gp, gr)} | {lw:,.1f} | "
+        lines.append(f"| all on it | {device} | {gp:,} | {c012(total(g))} | {gr:,.1f} | {per(gp, gr)} | {lw:,.1f} | "
                      f"{per(lp, lw)} |")
-    lines.append(f"| all shards | – | {n:,} | {c012([sum(r[6][k] for r in rows) for k in range(3)])} | "
+    lines.append(f"| all shards | – | {n:,} | {c012(total(rows))} | "
                  "– | – | – | – | – | – |")
     if args.data and (labels / "dev" / "manifest.json").is_file():
         lines += [""] + judge_check(labels, args.data, Path(args.reference) if args.reference else None)
