@@ -2,8 +2,8 @@
 
 Issue 47 asks what 100k labels buy over 6.7k. The arms measured so far on the CPU (6.7k, 22.6k, 42.8k, 63.4k
 and 100.4k pairs of session 69's judge) are each in a committed `results*.json` of `base_preservation.py`. The 100.4k
-arm's one run was cut by its sitting's time limit at 0.64 of its epoch (`--max-seconds`; its README), so it is drawn
-at the pairs it could learn from, not the pairs it saw. This reads them,
+arm is its whole-epoch seed 0 (session 91, two sittings joined by `--resume`); an earlier run of it cut at 0.64 of
+its epoch is left out of the curve and kept in its folder's README. This reads them,
 nothing is scored again, and draws one panel per set: each seed as a dot, the mean over an arm's seeds as a line,
 the student re-mixed at `base_interpolation` 0.4 as hollow squares where it was measured, the base by cosine as a
 dashed line and, on the three sets outside C, the issue's line 0.01 below the base. The teacher's C dev nDCG@10
@@ -46,7 +46,7 @@ ARMS = {
     "shard 0": ["base-preservation-label-100k-shard00-epyc-2core/results.json"],
     "shards 0-1": [f"{B43}/results-paired.json", f"{B43}/results-seed1.json", f"{B43}/results-seed2.json"],
     "shards 0-2": ["base-preservation-label-100k-63k-epyc-2core/results.json"],
-    "shards 0-4, cut at 0.64 epoch": ["base-preservation-label-100k-100k-xeon-2core/results.json"],
+    "shards 0-4": ["base-preservation-label-100k-100k-xeon-2core/results-epoch-seed0.json"],
 }
 TEACHER_REPORT = f"{B43}/train_report-43k-seed2.json"
 #: the arm the others are compared with, question by question (issue 47's "the same recipe on 6.7k")
@@ -136,8 +136,7 @@ def main(argv=None) -> int:
         ax.set_xlabel("labelled pairs (log scale)")
     axes[0][0].legend(fontsize=8, loc="lower right")
     axes[0][1].legend(fontsize=8, loc="lower right")
-    fig.suptitle("minilm-cqa-bi-rank-wise-q1 on more labels of one judge (2-core CPUs; the 100.4k run cut at "
-                 "0.64 epoch)")
+    fig.suptitle("minilm-cqa-bi-rank-wise-q1 on more labels of one judge (2-core CPUs, one epoch each)")
     fig.tight_layout()
     out = Path(args.out)
     fig.savefig(out.with_suffix(".png"), dpi=110)
